@@ -1,0 +1,1 @@
+"""fasttts: fast test-time scaling for LLM reasoning on vLLM."""

@@ -1,0 +1,69 @@
+"""The Python entry point: `FastTTS(config).solve(problem)` (like `vllm.LLM` for TTS)."""
+
+from __future__ import annotations
+
+from fasttts.backends.base import GeneratorBackend
+from fasttts.config import RunConfig
+from fasttts.runtime.loop import SearchResult, SearchRunner
+from fasttts.search import make_strategy
+from fasttts.verifiers import Verifier, build_verifier
+
+__all__ = ["FastTTS"]
+
+
+class FastTTS:
+    """A generator, a verifier and a search, ready to solve problems.
+
+    The search configuration is validated before any engine is built, so a bad configuration
+    fails in milliseconds. Use as a context manager, or call `close()`, to free the engines.
+
+    Args:
+        config: the run configuration.
+        generator: an already built generator backend (default: a vLLM engine from config).
+        verifier: an already built verifier (default: built from config.verifier).
+
+    Raises:
+        fasttts.search.SearchConfigError, fasttts.models.ModelError, ValueError: bad config.
+    """
+
+    def __init__(
+        self,
+        config: RunConfig,
+        generator: GeneratorBackend | None = None,
+        verifier: Verifier | None = None,
+    ):
+        self.config = config
+        make_strategy(config.search)
+        self.generator = generator
+        self.verifier = verifier
+        try:
+            if self.generator is None:
+                from fasttts.backends.vllm_generator import VLLMGenerator
+
+                self.generator = VLLMGenerator(config.generator)
+            if self.verifier is None:
+                self.verifier = build_verifier(config.verifier)
+        except BaseException:
+            self.close()
+            raise
+        self.runner = SearchRunner(
+            self.generator, self.verifier, config.search, config.verifier.agg_strategy
+        )
+
+    def solve(self, problem: str, problem_id: str = "problem") -> SearchResult:
+        """Run the search on one problem. Raises ValueError for an empty problem and
+        `PromptTooLongError` when the prompt does not fit the context."""
+        return self.runner.run(problem, problem_id)
+
+    def close(self) -> None:
+        """Free both engines."""
+        for part in (self.verifier, self.generator):
+            if part is not None:
+                part.close()
+        self.generator = self.verifier = None
+
+    def __enter__(self) -> FastTTS:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

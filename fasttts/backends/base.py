@@ -1,0 +1,134 @@
+"""The narrow, step-level engine interface that the runtime drives (DESIGN.md, "backends/").
+
+A generator backend is an engine that holds many sequences at once and advances all of them by
+one engine step at a time (continuous batching), the way vLLM's `LLMEngine` does. The runtime
+adds one sequence per beam, steps the engine, reads per-step deltas, and aborts sequences it no
+longer needs. Every implementation (real vLLM on GPU or CPU, the simulated GPU) reports time on
+its own clock (`now`) and the same KV-cache statistics, so metrics are computed the same way.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+__all__ = ["CacheStats", "GenerationParams", "GeneratorBackend", "SequenceUpdate"]
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """Sampling parameters of one sequence.
+
+    Attributes:
+        max_tokens: most new tokens this sequence may generate (tokens, >= 1).
+        temperature: sampling temperature (0 = greedy).
+        top_p: nucleus sampling mass in (0, 1].
+        seed: per-sequence random seed; the same seed and prompt give the same text.
+        stop: stop strings; the matched stop string is kept at the end of the text.
+    """
+
+    max_tokens: int
+    temperature: float = 0.8
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass
+class SequenceUpdate:
+    """What one engine step produced for one sequence (a delta, not the cumulative output).
+
+    Attributes:
+        seq_id: the id given to `add_sequence`.
+        new_token_ids: token ids generated in this step.
+        new_text: text generated in this step (detokenized; cut at a matched stop string).
+        finished: True when the sequence ended in this step.
+        finish_reason: "eos" (end-of-sequence token), "stop" (a stop string matched),
+            "length" (max_tokens or the context limit reached) or None while running.
+        num_cached_tokens: prompt tokens served from the prefix cache (reported once).
+    """
+
+    seq_id: str
+    new_token_ids: list[int] = field(default_factory=list)
+    new_text: str = ""
+    finished: bool = False
+    finish_reason: str | None = None
+    num_cached_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """KV-cache state and counters of one engine.
+
+    Attributes:
+        block_size: tokens per KV block.
+        num_blocks: KV blocks the engine owns in total.
+        num_blocks_used: blocks referenced by running sequences (cached-but-free blocks excluded).
+        prefix_cache_queries: prompt tokens looked up in the prefix cache (cumulative).
+        prefix_cache_hits: of those, tokens found (cumulative).
+        num_preemptions: sequences preempted for lack of KV blocks (cumulative).
+    """
+
+    block_size: int
+    num_blocks: int
+    num_blocks_used: int
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    num_preemptions: int = 0
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        """hits / queries in [0, 1]; 0.0 before any query."""
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
+
+
+class GeneratorBackend(ABC):
+    """A continuous-batching engine driven one step at a time.
+
+    Attributes:
+        max_model_len: context limit of the model in tokens (prompt + generated).
+        eos_token_ids: token ids that end a sequence.
+    """
+
+    max_model_len: int
+
+    @abstractmethod
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        """Token ids of a chat conversation with the generation prompt appended."""
+
+    @abstractmethod
+    def decode(self, token_ids: list[int]) -> str:
+        """Text of `token_ids`."""
+
+    @abstractmethod
+    def add_sequence(
+        self, seq_id: str, prompt_token_ids: list[int], params: GenerationParams, priority: int = 0
+    ) -> None:
+        """Queue a sequence. Lower `priority` values are scheduled first (vLLM convention).
+
+        Raises:
+            ValueError: the prompt is empty or does not fit `max_model_len`, or seq_id is in use.
+        """
+
+    @abstractmethod
+    def step(self) -> list[SequenceUpdate]:
+        """Run one engine step; return the deltas of the sequences that advanced or ended."""
+
+    @abstractmethod
+    def abort(self, seq_ids: list[str]) -> None:
+        """Stop sequences now and free their KV blocks; unknown or finished ids are ignored."""
+
+    @abstractmethod
+    def num_unfinished(self) -> int:
+        """Sequences added and not yet finished or aborted."""
+
+    @abstractmethod
+    def cache_stats(self) -> CacheStats:
+        """Current KV-cache usage and cumulative prefix-cache / preemption counters."""
+
+    @abstractmethod
+    def now(self) -> float:
+        """The backend's clock in seconds (wall clock for real engines, virtual for sim)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the engine (memory, worker processes)."""

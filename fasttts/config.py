@@ -1,0 +1,127 @@
+"""Validated configuration of a run: engines, verifier, search (pydantic models).
+
+Every field has a unit and a range; a bad value raises `pydantic.ValidationError` whose message
+names the field and what is allowed. Method-specific checks (n divisible by beam_width, ...)
+live with the method in `fasttts.search`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["AggStrategy", "EngineConfig", "RunConfig", "SearchConfig", "VerifierConfig", "DEFAULT_GENERATOR",
+           "DEFAULT_VERIFIER"]
+
+AggStrategy = Literal["last", "min", "prod", "mean"]
+
+#: The embedded defaults (chosen by measured accuracy and speed; README "Default models").
+DEFAULT_GENERATOR = "qwen2.5-coder-0.5b-instruct"
+DEFAULT_VERIFIER = "qwen2.5-coder-0.5b-instruct"
+
+GiB = 1 << 30
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineConfig(_Strict):
+    """How one vLLM engine (generator or verifier) is built.
+
+    Attributes:
+        model: embedded model name, local Hugging Face folder, or Hugging Face id.
+        dtype: weight/activation dtype passed to vLLM.
+        kv_cache_memory_bytes: KV-cache size in bytes, set explicitly (the CPU build would
+            otherwise reserve most of RAM).
+        block_size: tokens per KV block; None = the platform default (vLLM's CPU attention
+            needs a multiple of 32).
+        max_model_len: context limit in tokens (prompt + generated).
+        enforce_eager: disable graph capture; None = True on CPU (torch.compile does not cache
+            on the CPU build), False on GPU.
+        num_threads: CPU threads of the engine (CPU build only).
+        seed: engine seed (per-sequence seeds are set by the search).
+        tensor_parallel_size: vLLM tensor parallelism, passed through unchanged.
+        extra_engine_args: any other `vllm.EngineArgs` fields, passed through unchanged.
+    """
+
+    model: str
+    dtype: str = "bfloat16"
+    kv_cache_memory_bytes: int = Field(default=1 * GiB, gt=0)
+    block_size: int | None = Field(default=None, gt=0)
+    max_model_len: int = Field(default=4096, gt=0)
+    enforce_eager: bool | None = None
+    num_threads: int = Field(default=1, gt=0)
+    seed: int = 0
+    tensor_parallel_size: int = Field(default=1, gt=0)
+    extra_engine_args: dict = Field(default_factory=dict)
+
+
+class VerifierConfig(_Strict):
+    """Which PRM scores the steps and how its step scores are combined.
+
+    Attributes:
+        kind: scoring format: "judge" (zero-shot judge from an instruct model, the embedded
+            default), "math-shepherd" (`+`/`-` logits at a step tag), "qwen-prm"
+            (Qwen2.5-Math-PRM, `<extra_0>` separators), "skywork" (value-head PRM via
+            transformers), or "auto" (judge for embedded models, else from the model's
+            architecture/name).
+        engine: the verifier's engine.
+        agg_strategy: how a path's step scores become one score (`last|min|prod|mean`).
+        batch_size: most scoring requests in flight at once (verifier batch, B_pre).
+    """
+
+    kind: Literal["auto", "judge", "math-shepherd", "qwen-prm", "skywork"] = "auto"
+    engine: EngineConfig = Field(default_factory=lambda: EngineConfig(model=DEFAULT_VERIFIER))
+    agg_strategy: AggStrategy = "last"
+    batch_size: int = Field(default=64, gt=0)
+
+
+class SearchConfig(_Strict):
+    """The search-and-learn style search parameters.
+
+    Attributes:
+        method: search method name (see `fasttts.search.METHODS`).
+        n: search budget: beams kept alive per iteration (beam search) or samples (best-of-N).
+        beam_width: children per kept beam; beam search keeps n // beam_width beams.
+        num_iterations: most generate -> verify -> select rounds; the last generates to the end.
+        temperature: sampling temperature of the generator.
+        top_p: nucleus sampling mass.
+        max_tokens: most tokens one path may generate in total (tokens).
+        step_delimiter: text that ends a step, shared by generator and verifier.
+        seed: base seed; per-sequence seeds derive from (seed, problem, iteration, beam).
+        system_prompt: system message of the generator's chat prompt.
+    """
+
+    method: str = "beam_search"
+    n: int = Field(default=8, gt=0)
+    beam_width: int = Field(default=4, gt=0)
+    num_iterations: int = Field(default=40, gt=0)
+    temperature: float = Field(default=0.8, ge=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(default=2048, gt=0)
+    step_delimiter: str = "\n\n"
+    seed: int = 0
+    system_prompt: str | None = None
+
+    @field_validator("step_delimiter")
+    @classmethod
+    def _nonempty_delimiter(cls, v: str) -> str:
+        if not v:
+            raise ValueError("step_delimiter must be a non-empty string, e.g. '\\n\\n'")
+        return v
+
+
+class RunConfig(_Strict):
+    """A whole run: generator engine, verifier, search.
+
+    Attributes:
+        generator: the generator's engine.
+        verifier: the verifier (PRM) and its engine.
+        search: the search method and parameters.
+    """
+
+    generator: EngineConfig = Field(default_factory=lambda: EngineConfig(model=DEFAULT_GENERATOR))
+    verifier: VerifierConfig = Field(default_factory=VerifierConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)

@@ -1,0 +1,1 @@
+"""Evaluation helpers: packaged math datasets, answer grading and answer voting."""

@@ -1,0 +1,161 @@
+"""Every metric fasttts prints, defined once (DESIGN.md "Metrics are defined once").
+
+All numbers come from the per-beam event log of a `SearchResult`: each returned beam's token
+count, start and finish time on the backend's clock, and the generator / verifier time of the
+iterations it took part in.
+
+- precise goodput (FastTTS section 6.1): mean tokens per beam / mean beam completion time,
+  tokens/s, over the completed beams a search returns; per problem, then averaged;
+- completion latency: end-to-end search time per problem (s), split into generator time and
+  verifier time (the rest is the loop's own overhead);
+- accuracy (FastTTS section 6.3, search-and-learn): top-1 majority vote, PRM-weighted vote,
+  best single path by PRM score, and pass@N.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+from fasttts.beam import Beam
+from fasttts.eval.grading import extract_answer, is_equivalent
+from fasttts.eval.voting import best_of, majority_vote, pass_at_n, weighted_vote
+from fasttts.runtime.loop import SearchResult
+
+__all__ = ["percentile", "precise_goodput", "problem_record", "summarize"]
+
+
+def precise_goodput(beams: Sequence[Beam]) -> float:
+    """Precise goodput of one problem (FastTTS section 6.1), in tokens/s.
+
+    goodput = mean over beams of `num_tokens` / mean over beams of (finish_time - start_time).
+
+    Args:
+        beams: completed beams (each with `finish_time` set).
+
+    Raises:
+        ValueError: no beams, a beam without finish_time, or a zero mean completion time.
+    """
+    if not beams:
+        raise ValueError("precise goodput needs at least one completed beam")
+    if any(b.finish_time is None for b in beams):
+        raise ValueError("precise goodput needs finished beams (finish_time set)")
+    mean_tokens = statistics.fmean(b.num_tokens for b in beams)
+    mean_time = statistics.fmean(b.finish_time - b.start_time for b in beams)
+    if mean_time <= 0:
+        raise ValueError(f"mean beam completion time must be > 0 s, got {mean_time}")
+    return mean_tokens / mean_time
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) with linear interpolation between closest ranks
+    (numpy's default method). Raises ValueError on an empty sequence or q outside [0, 100]."""
+    if not values:
+        raise ValueError("percentile of an empty sequence")
+    if not 0 <= q <= 100:
+        raise ValueError(f"q must be within 0..100, got {q}")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def problem_record(result: SearchResult, gold: str | None, problem: str = "") -> dict:
+    """The per-problem record (one JSONL line of `fasttts eval`).
+
+    Args:
+        result: the problem's search result.
+        gold: the reference answer, or None when unknown (`fasttts solve`).
+        problem: the problem text, stored for reference.
+
+    Returns:
+        A JSON-serialisable dict: predictions by each vote, correctness (None without gold),
+        timing, goodput, token counts, cache statistics, and the completions with step scores.
+    """
+    beams = result.completions
+    answers = [extract_answer(b.text) for b in beams]
+    weights = [b.score for b in beams]
+    preds = {
+        "majority": majority_vote(answers),
+        "weighted": weighted_vote(answers, weights) if beams else None,
+        "best": best_of(answers, weights) if beams else None,
+    }
+    correct = None
+    if gold is not None:
+        correct = {k: is_equivalent(v, gold) for k, v in preds.items()}
+        correct["pass@n"] = pass_at_n(answers, gold)
+    cache = result.cache
+    return {
+        "id": result.problem_key,
+        "problem": problem,
+        "gold": gold,
+        "pred": preds,
+        "correct": correct,
+        "num_completions": len(beams),
+        "num_iterations": result.num_iterations,
+        "latency_s": result.latency,
+        "generator_time_s": result.generator_time,
+        "verifier_time_s": result.verifier_time,
+        "precise_goodput_tok_s": precise_goodput(beams) if beams else 0.0,
+        "mean_tokens_per_beam": statistics.fmean(b.num_tokens for b in beams) if beams else 0.0,
+        "mean_beam_completion_s": (
+            statistics.fmean(b.finish_time - b.start_time for b in beams) if beams else 0.0
+        ),
+        "tokens_generated": result.tokens_generated,
+        "num_sequences": result.num_sequences,
+        "prompt_tokens": result.prompt_tokens,
+        "prefix_cache_hit_rate": cache.prefix_cache_hit_rate if cache else None,
+        "num_preemptions": cache.num_preemptions if cache else None,
+        "completions": [
+            {
+                "beam_id": b.beam_id,
+                "answer": a,
+                "score": b.score,
+                "step_scores": b.step_scores,
+                "num_tokens": b.num_tokens,
+                "finish_reason": b.finish_reason,
+                "completion_time_s": b.finish_time - b.start_time,
+                "generator_time_s": b.generator_time,
+                "verifier_time_s": b.verifier_time,
+                "text": b.text,
+            }
+            for b, a in zip(beams, answers)
+        ],
+    }
+
+
+def summarize(records: Sequence[dict]) -> dict:
+    """Summary over per-problem records (the `summary.json` of `fasttts eval`).
+
+    Accuracies are fractions of problems (None when no record has a gold answer); goodput is
+    the mean of per-problem precise goodput; latency has mean and P50/P90/P99 (s).
+
+    Raises:
+        ValueError: no records.
+    """
+    if not records:
+        raise ValueError("no records to summarize")
+    n = len(records)
+    graded = [r for r in records if r.get("correct")]
+    acc = None
+    if graded:
+        acc = {k: sum(bool(r["correct"][k]) for r in graded) / len(graded)
+               for k in ("majority", "weighted", "best", "pass@n")}
+    lat = [r["latency_s"] for r in records]
+    return {
+        "num_problems": n,
+        "accuracy": acc,
+        "precise_goodput_tok_s": statistics.fmean(r["precise_goodput_tok_s"] for r in records),
+        "latency_s": {
+            "mean": statistics.fmean(lat),
+            "p50": percentile(lat, 50),
+            "p90": percentile(lat, 90),
+            "p99": percentile(lat, 99),
+        },
+        "generator_time_s": statistics.fmean(r["generator_time_s"] for r in records),
+        "verifier_time_s": statistics.fmean(r["verifier_time_s"] for r in records),
+        "tokens_generated": statistics.fmean(r["tokens_generated"] for r in records),
+        "mean_tokens_per_beam": statistics.fmean(r["mean_tokens_per_beam"] for r in records),
+        "num_completions": statistics.fmean(r["num_completions"] for r in records),
+    }

@@ -1,0 +1,148 @@
+"""`fasttts eval`: run a configuration over a dataset into an append-only output folder.
+
+Layout of the output folder:
+
+- `config.json`: the run configuration; a later run into the same folder must match it.
+- `results.jsonl`: one record per finished problem (`fasttts.eval.metrics.problem_record`),
+  each written as one complete line and flushed to disk before the next problem starts.
+- `summary.json`: the summary over all records, rewritten atomically after each problem.
+
+Re-running the same command skips the problems already in `results.jsonl`; a line cut short
+by an interrupted run is dropped and that problem is run again, so nothing is lost or
+duplicated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from fasttts.eval.datasets import Problem
+from fasttts.eval.metrics import problem_record, summarize
+
+__all__ = ["OutputDirError", "ResultStore", "run_eval"]
+
+
+class OutputDirError(ValueError):
+    """The output folder holds results of another configuration, or cannot be used."""
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class ResultStore:
+    """The append-only output folder of one evaluation configuration.
+
+    Args:
+        output_dir: the folder (created if missing).
+        config: the JSON-serialisable run configuration (incl. dataset); must equal the
+            `config.json` of an existing folder.
+
+    Raises:
+        OutputDirError: the folder's config differs (names the differing keys), or the path is
+            a file.
+    """
+
+    def __init__(self, output_dir: str | os.PathLike, config: dict):
+        self.dir = Path(output_dir)
+        if self.dir.exists() and not self.dir.is_dir():
+            raise OutputDirError(f"output dir {self.dir} exists and is not a folder")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.results = self.dir / "results.jsonl"
+        cfg_path = self.dir / "config.json"
+        config = json.loads(json.dumps(config))
+        if cfg_path.exists():
+            old = json.loads(cfg_path.read_text(encoding="utf-8"))
+            if old != config:
+                diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
+                raise OutputDirError(
+                    f"output dir {self.dir} holds results of another configuration (differs in "
+                    f"{', '.join(diff)}); use a new --output-dir or the same settings"
+                )
+        else:
+            _write_atomic(cfg_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+        self.records = self._load()
+
+    def _load(self) -> list[dict]:
+        if not self.results.exists():
+            return []
+        data = self.results.read_bytes()
+        records, good_end = [], 0
+        for line in data.splitlines(keepends=True):
+            if not line.endswith(b"\n"):
+                break  # cut short by an interrupted run
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+            good_end += len(line)
+        if good_end != len(data):
+            with open(self.results, "r+b") as f:
+                f.truncate(good_end)
+        return records
+
+    @property
+    def done_ids(self) -> set[str]:
+        """Ids of the problems with a record."""
+        return {r["id"] for r in self.records}
+
+    def append(self, record: dict) -> dict:
+        """Append one record as a single line, flushed and synced; rewrite summary.json and
+        return it."""
+        line = json.dumps(record, ensure_ascii=False) + "\n"
+        with open(self.results, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+        self.records.append(record)
+        return self.write_summary()
+
+    def write_summary(self) -> dict | None:
+        """Write summary.json over all records (atomically); returns it, or None if empty."""
+        if not self.records:
+            return None
+        summary = summarize(self.records)
+        _write_atomic(self.dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+        return summary
+
+
+def run_eval(
+    problems: Sequence[Problem],
+    solve: Callable[[Problem], object],
+    store: ResultStore,
+    progress: bool = True,
+) -> dict | None:
+    """Solve every problem not yet in `store` and append its record.
+
+    Args:
+        problems: the problems, in order.
+        solve: returns the `SearchResult` of one problem.
+        store: the output folder.
+        progress: show a tqdm progress bar.
+
+    Returns:
+        The summary over all records of the folder (None if there are none).
+    """
+    from tqdm import tqdm
+
+    todo = [p for p in problems if p.id not in store.done_ids]
+    bar = tqdm(total=len(problems), initial=len(problems) - len(todo), disable=not progress,
+               desc="problems", unit="problem")
+    try:
+        for p in todo:
+            record = problem_record(solve(p), p.answer, p.problem)
+            acc = store.append(record)["accuracy"]
+            bar.update(1)
+            if acc:
+                bar.set_postfix(weighted=f"{acc['weighted']:.2f}", majority=f"{acc['majority']:.2f}")
+    finally:
+        bar.close()
+    return store.write_summary()

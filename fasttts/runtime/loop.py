@@ -1,0 +1,175 @@
+"""The shared generate -> verify -> select loop that runs every search method.
+
+FastTTS section 3.1: each iteration extends the active beams by one step (generation), scores
+the new steps with the PRM (verification), and lets the search keep the best (selection),
+until every path is finished or the iteration budget is spent (the last iteration generates
+to the end). Times are read from the generator backend's clock, so the same loop reports
+wall-clock seconds on vLLM and virtual seconds on the simulator.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from fasttts.backends.base import CacheStats, GeneratorBackend
+from fasttts.beam import Beam
+from fasttts.config import SearchConfig
+from fasttts.runtime.generation import GenerationTrace, StepRequest, extend_beams
+from fasttts.search import make_strategy
+from fasttts.steps import build_messages
+from fasttts.verifiers.base import ScoreRequest, Verifier, aggregate
+
+__all__ = ["PromptTooLongError", "SearchResult", "SearchRunner"]
+
+
+class PromptTooLongError(ValueError):
+    """The problem's prompt leaves no room to generate within the model's context."""
+
+
+@dataclass
+class SearchResult:
+    """Everything one problem's search produced; metrics are computed from it in
+    `fasttts.eval.metrics`.
+
+    Attributes:
+        problem_key: the problem's id.
+        completions: returned completed paths, at most n, best aggregated score first.
+        num_iterations: iterations run.
+        start_time, end_time: search start and end on the backend clock (s).
+        generator_time, verifier_time: total time in generation / verification phases (s).
+        tokens_generated: every token the generator produced, pruned paths included.
+        num_sequences: engine sequences submitted.
+        prompt_tokens: tokens of the problem's prompt.
+        cache: the generator's KV-cache statistics at the end.
+        occupancy: (time s, running sequences) per generator engine step.
+    """
+
+    problem_key: str
+    completions: list[Beam]
+    num_iterations: int
+    start_time: float
+    end_time: float
+    generator_time: float
+    verifier_time: float
+    tokens_generated: int
+    num_sequences: int
+    prompt_tokens: int
+    cache: CacheStats | None = None
+    occupancy: list[tuple[float, int]] = field(default_factory=list)
+
+    @property
+    def latency(self) -> float:
+        """End-to-end search time of the problem (s)."""
+        return self.end_time - self.start_time
+
+
+class SearchRunner:
+    """Runs one search configuration over problems with a generator and a verifier.
+
+    Args:
+        generator: the generator backend.
+        verifier: the PRM.
+        search: the search configuration (method and its parameters).
+        agg_strategy: how step scores become a path score (`last|min|prod|mean`).
+
+    Raises:
+        fasttts.search.SearchConfigError: the search configuration is invalid.
+    """
+
+    def __init__(
+        self,
+        generator: GeneratorBackend,
+        verifier: Verifier,
+        search: SearchConfig,
+        agg_strategy: str = "last",
+    ):
+        self.generator = generator
+        self.verifier = verifier
+        self.cfg = search
+        self.strategy = make_strategy(search)
+        aggregate([1.0], agg_strategy)  # validates the name
+        self.agg_strategy = agg_strategy
+
+    def run(self, problem: str, problem_key: str = "problem") -> SearchResult:
+        """Search for solutions of one problem.
+
+        Raises:
+            ValueError: the problem is empty.
+            PromptTooLongError: the prompt does not leave room for one generated token.
+        """
+        cfg = self.cfg
+        prompt_ids = self.generator.encode_chat(build_messages(problem, cfg.system_prompt))
+        if len(prompt_ids) >= self.generator.max_model_len:
+            raise PromptTooLongError(
+                f"problem {problem_key!r}: its prompt has {len(prompt_ids)} tokens, the model's "
+                f"context is {self.generator.max_model_len} tokens; shorten the problem or raise "
+                f"max_model_len"
+            )
+        ids = itertools.count()
+        start = self.generator.now()
+        root = Beam(beam_id=next(ids), start_time=start)
+        kept, completed = [root], []
+        trace = GenerationTrace()
+        gen_time = ver_time = 0.0
+        num_sequences = 0
+        iteration = -1
+        for iteration in range(self.strategy.num_iterations):
+            last = iteration == self.strategy.num_iterations - 1
+            children = self.strategy.expand(kept, iteration, lambda: next(ids))
+            num_sequences += len(children)
+            step_req = StepRequest(
+                prompt_ids=prompt_ids,
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                max_tokens=cfg.max_tokens,
+                stop=() if last else (cfg.step_delimiter,),
+                seed=cfg.seed,
+                problem_key=problem_key,
+                iteration=iteration,
+                step_delimiter=cfg.step_delimiter,
+            )
+            t0 = self.generator.now()
+            extend_beams(self.generator, children, step_req, trace)
+            t1 = self.generator.now()
+            self._verify(problem, children)
+            t2 = self.generator.now()
+            gen_time += t1 - t0
+            ver_time += t2 - t1
+            live = []
+            for beam in children:
+                beam.generator_time += t1 - t0
+                beam.verifier_time += t2 - t1
+                if beam.finished:
+                    beam.finish_time = t2
+                    completed.append(beam)
+                else:
+                    live.append(beam)
+            if not live:
+                break
+            kept = self.strategy.select(live)
+        end = self.generator.now()
+        return SearchResult(
+            problem_key=problem_key,
+            completions=self.strategy.finalize(completed),
+            num_iterations=iteration + 1,
+            start_time=start,
+            end_time=end,
+            generator_time=gen_time,
+            verifier_time=ver_time,
+            tokens_generated=trace.tokens,
+            num_sequences=num_sequences,
+            prompt_tokens=len(prompt_ids),
+            cache=self.generator.cache_stats(),
+            occupancy=trace.samples,
+        )
+
+    def _verify(self, problem: str, beams: list[Beam]) -> None:
+        """Score the steps each beam has not had scored yet, then its aggregated score."""
+        todo = [b for b in beams if len(b.step_scores) < len(b.steps)]
+        if todo:
+            requests = [ScoreRequest(problem, tuple(b.steps), len(b.step_scores)) for b in todo]
+            for beam, scores in zip(todo, self.verifier.score(requests)):
+                beam.step_scores.extend(scores)
+        for beam in beams:
+            beam.score = aggregate(beam.step_scores, self.agg_strategy) if beam.step_scores else 0.0

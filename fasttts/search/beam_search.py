@@ -1,0 +1,46 @@
+"""PRM-guided beam search with Hugging Face search-and-learn semantics.
+
+Source: Snell et al. 2024 ("Scaling LLM test-time compute optimally...") as implemented in
+Hugging Face search-and-learn (`_beam_search`), the baseline of FastTTS (section 6.1):
+
+- iteration 0 samples n first steps from the prompt;
+- each iteration scores every new step with the PRM, drops finished paths from the active set
+  (they become completions), keeps the n // beam_width best unfinished paths by aggregated
+  score, and duplicates them back up to n active paths (each kept path expanded beam_width
+  times when none finished);
+- the last iteration (num_iterations - 1) generates each path to its end;
+- the n best completions by aggregated score are returned (never more than n).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fasttts.beam import Beam
+from fasttts.search.base import SearchConfigError, SearchStrategy, by_score, fan_out
+
+__all__ = ["BeamSearch"]
+
+
+class BeamSearch(SearchStrategy):
+    """Beam search: keep n // beam_width paths, expand each beam_width times per iteration.
+
+    Raises:
+        SearchConfigError: beam_width > n or n not a multiple of beam_width.
+    """
+
+    name = "beam_search"
+
+    def validate(self) -> None:
+        n, b = self.cfg.n, self.cfg.beam_width
+        if b > n or n % b:
+            raise SearchConfigError(
+                f"beam_search needs n to be a positive multiple of beam_width; got n={n}, "
+                f"beam_width={b} (e.g. n={max(b, n - n % b)} or beam_width dividing {n})"
+            )
+
+    def expand(self, kept: list[Beam], iteration: int, new_id: Callable[[], int]) -> list[Beam]:
+        return fan_out(kept, self.cfg.n, new_id)
+
+    def select(self, live: list[Beam]) -> list[Beam]:
+        return by_score(live)[: self.cfg.n // self.cfg.beam_width]
