@@ -1,0 +1,44 @@
+"""Bad input on the command line: one clear error line, exit code 2, nothing written."""
+
+import pytest
+
+from fasttts.cli import main, parse_size
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["solve", ""], "problem is empty"),
+    (["solve", "x", "--n", "0"], "n: Input should be greater than 0"),
+    (["solve", "x", "--n", "6", "--beam-width", "4"], "n=6, beam_width=4"),
+    (["solve", "x", "--method", "mcts"], "methods: beam_search, best_of_n"),
+    (["solve", "x", "--generator", "no-such-model"], "unknown model 'no-such-model'"),
+    (["solve", "x", "--temperature", "-1"], "temperature"),
+    (["solve", "x", "--top-p", "1.5"], "top_p"),
+    (["solve", "x", "--max-tokens", "0"], "max_tokens"),
+    (["eval", "--dataset", "nope", "--output-dir", "OUT"], "unknown dataset 'nope'"),
+    (["eval", "--dataset", "gsm8k", "--limit", "0", "--output-dir", "OUT"], "limit"),
+])
+def test_bad_input_is_one_clear_error(argv, message, tmp_path, capsys):
+    argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_model_folder_without_config(tmp_path, capsys):
+    assert main(["solve", "x", "--verifier", str(tmp_path)]) == 2
+    assert "has no config.json" in capsys.readouterr().err
+
+
+def test_argparse_rejects_bad_sizes(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["solve", "x", "--generator-kv-cache", "lots"])
+    assert e.value.code == 2
+    assert "is not a size" in capsys.readouterr().err
+
+
+def test_parse_size():
+    assert parse_size("512MiB") == 512 << 20
+    assert parse_size("1.5GiB") == 3 << 29
+    assert parse_size("2G") == 2 << 30
+    assert parse_size("4096") == 4096

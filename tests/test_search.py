@@ -1,0 +1,159 @@
+"""Search decisions on scripted inputs, derived by hand (see each test's comments)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fasttts.config import SearchConfig
+from fasttts.runtime.generation import GenerationTrace, StepRequest, beam_seed, extend_beams
+from fasttts.runtime.loop import PromptTooLongError, SearchRunner
+from fasttts.search import SearchConfigError, make_strategy
+from fasttts.search.base import fan_out
+from fasttts.beam import Beam
+from tests.scripted import ScriptedGenerator, ScriptedVerifier
+
+# Beam ids are handed out in order: root 0; iteration 0 children 1-4; iteration 1 children
+# 5-8 (5, 6 from beam 1; 7, 8 from beam 3); iteration 2 children 9-12 (9, 10 from 6; 11, 12 from 8).
+SCRIPT = {
+    1: "A\n\n", 2: "B\n\n", 3: "C\n\n", 4: "D\n\n",
+    5: "A1\n\n", 6: "A2\n\n", 7: "C1 \\boxed{7}\n\n", 8: "C2\n\n",
+    9: "A21\n\nA22 \\boxed{1}<eos>", 10: "A23 \\boxed{2}<eos>",
+    11: "C21 \\boxed{3}<eos>", 12: "C22\n\nC23<eos>",
+}
+SCORES = {
+    "A": 0.9, "B": 0.2, "C": 0.7, "D": 0.4,
+    "A1": 0.3, "A2": 0.8, "C1 \\boxed{7}": 0.95, "C2": 0.6,
+    "A21": 0.5, "A22 \\boxed{1}": 0.4, "A23 \\boxed{2}": 0.85, "C21 \\boxed{3}": 0.1,
+    "C22": 0.65, "C23": 0.75,
+}
+
+
+def run(agg: str, **search):
+    gen = ScriptedGenerator(SCRIPT)
+    ver = ScriptedVerifier(SCORES, gen)
+    cfg = SearchConfig(**{"method": "beam_search", "n": 4, "beam_width": 2,
+                          "num_iterations": 3, **search})
+    return SearchRunner(gen, ver, cfg, agg).run("problem", "p0"), gen, ver
+
+
+def test_beam_search_keeps_top_n_over_beam_width_each_iteration_last_agg():
+    result, gen, _ = run("last")
+    # iteration 0 keeps A (0.9) and C (0.7); iteration 1: C1 finishes with a boxed answer,
+    # A2 (0.8) and C2 (0.6) are kept over A1 (0.3); iteration 2 expands A2 -> 9, 10 and
+    # C2 -> 11, 12 to the end. Five completions, the best four by last-step score return.
+    assert [b.beam_id for b in result.completions] == [7, 10, 12, 9]
+    assert [b.score for b in result.completions] == [0.95, 0.85, 0.75, 0.4]
+    assert [b.parent_id for b in result.completions] == [3, 6, 8, 6]
+    seqs = [s for s, _ in gen.added]
+    assert seqs == [f"p0/it0/b{i}" for i in (1, 2, 3, 4)] + [
+        f"p0/it1/b{i}" for i in (5, 6, 7, 8)] + [f"p0/it2/b{i}" for i in (9, 10, 11, 12)]
+    assert result.num_iterations == 3
+    assert result.completions[0].text == "C\n\nC1 \\boxed{7}\n\n"
+    assert result.completions[0].finish_reason == "answer"
+    assert {b.finish_reason for b in result.completions[1:]} == {"eos"}
+
+
+def test_agg_strategy_changes_the_decision():
+    result, _, _ = run("min")
+    # min over steps: 10 -> min(.9,.8,.85)=.8, 7 -> min(.7,.95)=.7, 12 -> .6, 9 -> .4, 11 -> .1
+    assert [b.beam_id for b in result.completions] == [10, 7, 12, 9]
+    assert [round(b.score, 6) for b in result.completions] == [0.8, 0.7, 0.6, 0.4]
+
+
+def test_last_iteration_generates_to_the_end_and_only_new_steps_are_verified():
+    result, gen, ver = run("last")
+    stops = {seq.split("/")[1]: p.stop for seq, p in gen.added}
+    assert stops == {"it0": ("\n\n",), "it1": ("\n\n",), "it2": ()}
+    # Beam 9 came from beam 6 (2 scored steps) and produced 2 new steps: only those are scored.
+    req9 = [r for r in ver.requests if r.steps[-1] == "A22 \\boxed{1}"]
+    assert len(req9) == 1 and req9[0].start == 2 and len(req9[0].steps) == 4
+    b9 = next(b for b in result.completions if b.beam_id == 9)
+    assert b9.step_scores == [0.9, 0.8, 0.5, 0.4]
+    assert b9.steps == ["A\n\n", "A2\n\n", "A21\n\n", "A22 \\boxed{1}"]
+
+
+def test_beam_times_follow_the_iterations_they_took_part_in():
+    result, _, _ = run("last")
+    b7, b10 = result.completions[0], result.completions[1]
+    assert b7.iterations == 2 and b10.iterations == 3
+    assert b7.finish_time < b10.finish_time <= result.end_time
+    assert b7.start_time == b10.start_time == result.start_time
+    # each iteration adds one 10 ms verifier call on the scripted clock
+    assert b7.verifier_time == pytest.approx(0.02) and b10.verifier_time == pytest.approx(0.03)
+    assert result.generator_time + result.verifier_time == pytest.approx(result.latency)
+
+
+def test_never_more_than_n_completions():
+    result, _, _ = run("last")
+    assert len(result.completions) == 4  # five finished, n = 4
+
+
+def test_best_of_n_samples_n_paths_to_the_end_in_one_iteration():
+    gen = ScriptedGenerator({1: "x\n\ny \\boxed{1}<eos>", 2: "z \\boxed{2}<eos>",
+                             3: "w\n\nv<eos>"})
+    ver = ScriptedVerifier({"x": 0.9, "y \\boxed{1}": 0.3, "z \\boxed{2}": 0.6, "w": 0.1,
+                            "v": 0.5})
+    cfg = SearchConfig(method="best_of_n", n=3, beam_width=1)
+    result = SearchRunner(gen, ver, cfg, "mean").run("q", "p")
+    assert [p.stop for _, p in gen.added] == [(), (), ()]
+    assert [b.beam_id for b in result.completions] == [1, 2, 3]  # mean: .6, .6, .3 (tie -> id)
+    assert [round(b.score, 6) for b in result.completions] == [0.6, 0.6, 0.3]
+
+
+def test_token_budget_finishes_a_beam_with_length():
+    gen = ScriptedGenerator({1: "abcdefghij<eos>"})
+    ver = ScriptedVerifier({"abcd": 0.5})
+    cfg = SearchConfig(method="best_of_n", n=1, max_tokens=4)
+    result = SearchRunner(gen, ver, cfg).run("q", "p")
+    (beam,) = result.completions
+    assert (beam.text, beam.finish_reason, beam.num_tokens) == ("abcd", "length", 4)
+
+
+def test_prompt_too_long_is_a_clear_error():
+    gen = ScriptedGenerator({}, max_model_len=5)
+    runner = SearchRunner(gen, ScriptedVerifier({}), SearchConfig(method="best_of_n", n=1))
+    with pytest.raises(PromptTooLongError, match="prompt has 9 tokens, the model's context is 5"):
+        runner.run("too long!", "p")
+    with pytest.raises(ValueError, match="problem is empty"):
+        runner.run("  ", "p")
+
+
+@pytest.mark.parametrize("n,bw", [(6, 4), (2, 4)])
+def test_beam_search_rejects_n_not_multiple_of_beam_width(n, bw):
+    with pytest.raises(SearchConfigError, match=f"n={n}, beam_width={bw}"):
+        make_strategy(SearchConfig(method="beam_search", n=n, beam_width=bw))
+
+
+def test_unknown_method_lists_the_methods():
+    with pytest.raises(SearchConfigError, match="methods: beam_search, best_of_n"):
+        make_strategy(SearchConfig(method="mcts"))
+
+
+def test_fan_out_spreads_round_robin_grouped_by_parent():
+    ids = iter(range(100, 200))
+    kept = [Beam(beam_id=i) for i in (1, 2, 3)]
+    children = fan_out(kept, 8, lambda: next(ids))
+    assert [c.parent_id for c in children] == [1, 1, 1, 2, 2, 2, 3, 3]
+    assert [c.beam_id for c in children] == list(range(100, 108))
+
+
+def test_generation_error_aborts_every_sequence_it_added():
+    class Failing(ScriptedGenerator):
+        def step(self):
+            if self.steps == 1:
+                raise RuntimeError("engine died")
+            return super().step()
+
+    gen = Failing({1: "aaaaaaaaaa\n\n", 2: "bbbbbbbbbb\n\n"})
+    beams = [Beam(beam_id=1), Beam(beam_id=2)]
+    req = StepRequest([1], 0.8, 1.0, 100, ("\n\n",), 0, "p", 0)
+    with pytest.raises(RuntimeError, match="engine died"):
+        extend_beams(gen, beams, req, GenerationTrace())
+    assert gen.num_unfinished() == 0
+    assert sorted(gen.aborted) == ["p/it0/b1", "p/it0/b2"]
+
+
+def test_beam_seed_is_stable_and_distinct():
+    assert beam_seed(0, "p", 1, 2) == beam_seed(0, "p", 1, 2)
+    seeds = {beam_seed(0, "p", it, b) for it in range(5) for b in range(20)}
+    assert len(seeds) == 100 and all(0 <= s < 2**31 for s in seeds)

@@ -1,0 +1,132 @@
+"""The real vLLM CPU engine with the embedded default model, at tiny budgets.
+
+Engines are built once per session (about 10 s each on 2 cores). Run only the fast tests with
+`pytest -m "not integration"`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fasttts.backends.base import GenerationParams
+from fasttts.config import DEFAULT_GENERATOR, DEFAULT_VERIFIER, EngineConfig, SearchConfig
+from fasttts.eval.datasets import load_dataset
+from fasttts.eval.metrics import problem_record
+from fasttts.runtime.loop import SearchRunner
+from fasttts.steps import build_messages
+from fasttts.verifiers.base import ScoreRequest
+
+pytestmark = pytest.mark.integration
+
+MiB = 1 << 20
+PROBLEM = load_dataset("gsm8k", limit=1)[0]
+
+
+@pytest.fixture(scope="session")
+def generator():
+    from fasttts.backends.vllm_generator import VLLMGenerator
+
+    gen = VLLMGenerator(EngineConfig(model=DEFAULT_GENERATOR, kv_cache_memory_bytes=256 * MiB,
+                                     max_model_len=2048))
+    yield gen
+    gen.close()
+
+
+@pytest.fixture(scope="session")
+def judge():
+    from fasttts.verifiers.judge import JudgeVerifier
+
+    ver = JudgeVerifier(EngineConfig(model=DEFAULT_VERIFIER, kv_cache_memory_bytes=256 * MiB,
+                                     max_model_len=2048), batch_size=8)
+    yield ver
+    ver.close()
+
+
+def run_one(gen, seq_id, prompt, params):
+    gen.add_sequence(seq_id, prompt, params)
+    text, tokens, reason = "", [], None
+    while gen.num_unfinished():
+        for up in gen.step():
+            assert up.seq_id == seq_id
+            text += up.new_text
+            tokens += up.new_token_ids
+            reason = up.finish_reason if up.finished else reason
+    return text, tokens, reason
+
+
+def test_step_api_deltas_stop_string_kept_and_seeded(generator):
+    prompt = generator.encode_chat(build_messages(PROBLEM.problem))
+    params = GenerationParams(max_tokens=80, temperature=0.8, seed=1234, stop=("\n\n",))
+    text, tokens, reason = run_one(generator, "a", prompt, params)
+    assert reason in ("stop", "eos", "length")
+    if reason == "stop":
+        assert text.endswith("\n\n") and "\n\n" not in text[:-2]
+    assert 0 < len(tokens) <= 80
+    assert generator.decode(tokens).startswith(text.rstrip("\n"))
+    again = run_one(generator, "b", prompt, params)
+    assert again[0] == text  # same seed, same prompt -> same step
+    assert generator.cache_stats().prefix_cache_hits > 0  # the second prompt hit the cache
+
+
+def test_abort_returns_kv_blocks(generator):
+    prompt = generator.encode_chat(build_messages(PROBLEM.problem))
+    for i in range(4):
+        generator.add_sequence(f"abort{i}", prompt,
+                               GenerationParams(max_tokens=500, seed=i, temperature=1.0))
+    for _ in range(3):
+        generator.step()
+    assert generator.cache_stats().num_blocks_used > 0
+    generator.abort([f"abort{i}" for i in range(4)])
+    assert generator.num_unfinished() == 0
+    assert generator.cache_stats().num_blocks_used == 0
+
+
+def test_prompt_longer_than_context_is_refused(generator):
+    with pytest.raises(ValueError, match="exceeds the model's context of 2048 tokens"):
+        generator.add_sequence("long", [100] * 2040, GenerationParams(max_tokens=16))
+    assert generator.num_unfinished() == 0
+
+
+def test_judge_scores_steps_in_unit_interval_and_incrementally(judge):
+    steps = ("She sold 48 / 2 = 24 clips in May.\n\n", "In total 48 + 24 = 72.\n\n",
+             "The answer is $\\boxed{72}$.")
+    full, tail = judge.score([ScoreRequest(PROBLEM.problem, steps, 0),
+                              ScoreRequest(PROBLEM.problem, steps, 2)])
+    assert len(full) == 3 and len(tail) == 1
+    assert all(0.0 <= s <= 1.0 for s in full)
+    assert tail[0] == pytest.approx(full[2], abs=0.02)
+
+
+def test_beam_search_end_to_end_frees_blocks(generator, judge):
+    cfg = SearchConfig(method="beam_search", n=4, beam_width=2, num_iterations=3,
+                       max_tokens=96)
+    result = SearchRunner(generator, judge, cfg, "min").run(PROBLEM.problem, PROBLEM.id)
+    assert 1 <= len(result.completions) <= 4
+    for b in result.completions:
+        assert b.finished and b.finish_reason in ("eos", "answer", "length", "empty")
+        assert b.num_tokens <= 96 and len(b.step_scores) == len(b.steps)
+        assert all(0.0 <= s <= 1.0 for s in b.step_scores)
+        assert b.score == pytest.approx(min(b.step_scores))
+    assert result.num_iterations <= 3
+    assert result.generator_time > 0 and result.verifier_time > 0
+    rec = problem_record(result, PROBLEM.answer, PROBLEM.problem)
+    assert rec["precise_goodput_tok_s"] > 0
+    assert generator.num_unfinished() == 0 and generator.cache_stats().num_blocks_used == 0
+
+
+def test_failure_mid_search_leaks_no_blocks(generator, judge, monkeypatch):
+    real_step, calls = generator.step, []
+
+    def failing_step():
+        calls.append(1)
+        if len(calls) == 5:
+            raise RuntimeError("injected engine failure")
+        return real_step()
+
+    monkeypatch.setattr(generator, "step", failing_step)
+    cfg = SearchConfig(method="best_of_n", n=4, max_tokens=200)
+    with pytest.raises(RuntimeError, match="injected engine failure"):
+        SearchRunner(generator, judge, cfg).run(PROBLEM.problem, "fail")
+    monkeypatch.undo()
+    assert generator.num_unfinished() == 0
+    assert generator.cache_stats().num_blocks_used == 0
