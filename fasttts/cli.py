@@ -16,6 +16,7 @@ import argparse
 import os
 import re
 import sys
+import warnings
 
 __all__ = ["main", "parse_size"]
 
@@ -249,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (2 for a configuration error)."""
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    # Deprecation notices from torch/vLLM internals are not the user's to act on.
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
     args = build_parser().parse_args(argv)
     from pydantic import ValidationError
 

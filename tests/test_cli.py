@@ -42,3 +42,25 @@ def test_parse_size():
     assert parse_size("1.5GiB") == 3 << 29
     assert parse_size("2G") == 2 << 30
     assert parse_size("4096") == 4096
+
+
+def test_unreadable_config_json(tmp_path, capsys):
+    (tmp_path / "config.json").write_text("{not json")
+    assert main(["solve", "x", "--generator", str(tmp_path)]) == 2
+    assert "config.json is unreadable" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_corrupt_weights_are_one_clear_error(tmp_path, capsys):
+    import shutil
+
+    from fasttts.config import DEFAULT_GENERATOR
+    from fasttts.models import prepare_model
+
+    src = prepare_model(DEFAULT_GENERATOR)
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(src / name, tmp_path / name)
+    (tmp_path / "model.safetensors").write_bytes(b"\x00" * 1000)
+    assert main(["solve", "x", "--generator", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "error: vLLM could not load model" in err and "SafetensorError" in err

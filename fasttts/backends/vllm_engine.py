@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from fasttts.config import EngineConfig
-from fasttts.models import resolve_model
+from fasttts.models import ModelLoadError, resolve_model
 
 __all__ = ["build_engine", "configure_vllm_env", "engine_block_pool", "engine_counters", "run_batch",
            "shutdown_engine"]
@@ -43,7 +43,8 @@ def build_engine(cfg: EngineConfig, **overrides: Any):
 
     Raises:
         fasttts.models.ModelError: the model cannot be resolved.
-        ValueError / RuntimeError from vLLM: the engine cannot be built with these settings.
+        fasttts.models.ModelLoadError: vLLM could not build the engine (corrupt or unreadable
+            files, unsupported architecture, too little memory); the message keeps the cause.
     """
     configure_vllm_env(cfg.num_threads)
     from vllm import EngineArgs, LLMEngine
@@ -72,7 +73,13 @@ def build_engine(cfg: EngineConfig, **overrides: Any):
         kwargs["block_size"] = block_size
     kwargs.update(cfg.extra_engine_args)
     kwargs.update(overrides)
-    return LLMEngine.from_engine_args(EngineArgs(**kwargs))
+    try:
+        return LLMEngine.from_engine_args(EngineArgs(**kwargs))
+    except Exception as e:  # noqa: BLE001 - reported with its cause, as one clear error
+        raise ModelLoadError(
+            f"vLLM could not load model {cfg.model!r} from {kwargs['model']}: "
+            f"{type(e).__name__}: {e}"
+        ) from e
 
 
 def engine_block_pool(engine) -> Any | None:

@@ -12,6 +12,7 @@ Users with a model hub and a GPU pass any Hugging Face id or local folder instea
 from __future__ import annotations
 
 import hashlib
+import json
 import importlib.util
 import os
 import re
@@ -24,6 +25,7 @@ __all__ = [
     "EMBEDDED_MODELS",
     "EmbeddedModel",
     "ModelError",
+    "ModelLoadError",
     "cache_dir",
     "prepare_model",
     "prepared_path",
@@ -33,6 +35,10 @@ __all__ = [
 
 class ModelError(ValueError):
     """A model name, path or file that cannot be used (unknown name, missing package, bad hash)."""
+
+
+class ModelLoadError(ModelError):
+    """An engine could not load a model (unreadable or corrupt files, unsupported model)."""
 
 
 @dataclass(frozen=True)
@@ -206,8 +212,13 @@ def resolve_model(name_or_path: str) -> str:
         return str(prepare_model(name_or_path))
     path = Path(name_or_path).expanduser()
     if path.exists():
-        if not (path / "config.json").is_file():
+        config = path / "config.json"
+        if not config.is_file():
             raise ModelError(f"model folder {path} has no config.json (not a Hugging Face model)")
+        try:
+            json.loads(config.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ModelError(f"model folder {path}: config.json is unreadable ({e})") from e
         return str(path)
     if _HF_ID.match(name_or_path) and not name_or_path.startswith((".", "/", "~")):
         return name_or_path
