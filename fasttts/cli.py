@@ -204,6 +204,8 @@ def _print_summary(summary: dict, args: argparse.Namespace) -> None:
     t.add_row("  verifier time (s)", f"{summary['verifier_time_s']:.1f}")
     t.add_row("tokens generated per problem", f"{summary['tokens_generated']:.0f}")
     t.add_row("completions per problem", f"{summary['num_completions']:.1f}")
+    if summary.get("prefix_cache_hit_rate") is not None:
+        t.add_row("generator prefix-cache hit rate", f"{summary['prefix_cache_hit_rate']:.2f}")
     Console().print(t)
 
 

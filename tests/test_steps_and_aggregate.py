@@ -55,3 +55,14 @@ def test_aggregate_strategies():
 def test_score_request_checks_start():
     with pytest.raises(ValueError, match="within 0..1"):
         ScoreRequest("p", ("a",), 2)
+
+
+def test_cache_stats_since():
+    from fasttts.backends.base import CacheStats
+
+    a = CacheStats(128, 10, 3, prefix_cache_queries=100, prefix_cache_hits=40, num_preemptions=1)
+    b = CacheStats(128, 10, 0, prefix_cache_queries=300, prefix_cache_hits=190, num_preemptions=1)
+    d = b.since(a)
+    assert (d.prefix_cache_queries, d.prefix_cache_hits, d.num_preemptions) == (200, 150, 0)
+    assert d.prefix_cache_hit_rate == 0.75 and d.num_blocks_used == 0
+    assert CacheStats(16, 1, 0).prefix_cache_hit_rate == 0.0

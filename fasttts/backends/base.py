@@ -76,6 +76,18 @@ class CacheStats:
     prefix_cache_hits: int = 0
     num_preemptions: int = 0
 
+    def since(self, earlier: CacheStats) -> CacheStats:
+        """These statistics with the cumulative counters taken relative to `earlier` (block
+        usage stays current): the cache activity of what ran in between."""
+        return CacheStats(
+            block_size=self.block_size,
+            num_blocks=self.num_blocks,
+            num_blocks_used=self.num_blocks_used,
+            prefix_cache_queries=self.prefix_cache_queries - earlier.prefix_cache_queries,
+            prefix_cache_hits=self.prefix_cache_hits - earlier.prefix_cache_hits,
+            num_preemptions=self.num_preemptions - earlier.num_preemptions,
+        )
+
     @property
     def prefix_cache_hit_rate(self) -> float:
         """hits / queries in [0, 1]; 0.0 before any query."""

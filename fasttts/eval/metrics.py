@@ -158,4 +158,10 @@ def summarize(records: Sequence[dict]) -> dict:
         "tokens_generated": statistics.fmean(r["tokens_generated"] for r in records),
         "mean_tokens_per_beam": statistics.fmean(r["mean_tokens_per_beam"] for r in records),
         "num_completions": statistics.fmean(r["num_completions"] for r in records),
+        "prefix_cache_hit_rate": _mean_of(records, "prefix_cache_hit_rate"),
     }
+
+
+def _mean_of(records: Sequence[dict], key: str) -> float | None:
+    values = [r[key] for r in records if r.get(key) is not None]
+    return statistics.fmean(values) if values else None

@@ -41,7 +41,7 @@ class SearchResult:
         tokens_generated: every token the generator produced, pruned paths included.
         num_sequences: engine sequences submitted.
         prompt_tokens: tokens of the problem's prompt.
-        cache: the generator's KV-cache statistics at the end.
+        cache: the generator's KV-cache statistics at the end, counters of this problem only.
         occupancy: (time s, running sequences) per generator engine step.
     """
 
@@ -107,6 +107,7 @@ class SearchRunner:
                 f"max_model_len"
             )
         ids = itertools.count()
+        cache_before = self.generator.cache_stats()
         start = self.generator.now()
         root = Beam(beam_id=next(ids), start_time=start)
         kept, completed = [root], []
@@ -160,7 +161,7 @@ class SearchRunner:
             tokens_generated=trace.tokens,
             num_sequences=num_sequences,
             prompt_tokens=len(prompt_ids),
-            cache=self.generator.cache_stats(),
+            cache=self.generator.cache_stats().since(cache_before),
             occupancy=trace.samples,
         )
 
