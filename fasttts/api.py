@@ -55,6 +55,11 @@ class FastTTS:
         `PromptTooLongError` when the prompt does not fit the context."""
         return self.runner.run(problem, problem_id)
 
+    def check_prompt(self, problem: str, problem_id: str = "problem") -> None:
+        """Raise ValueError / `PromptTooLongError` if `problem` cannot be searched (empty, or
+        its prompt does not fit the generator's context), without generating anything."""
+        self.runner.prompt_ids(problem, problem_id)
+
     def close(self) -> None:
         """Free both engines."""
         for part in (self.verifier, self.generator):

@@ -169,6 +169,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     cfg = _run_config(args)
     make_strategy(cfg.search)
     problems = load_dataset(args.dataset, limit=args.limit, offset=args.offset)
+    if not problems:
+        raise ValueError(f"no problems selected from {args.dataset!r} (offset {args.offset}): "
+                         f"the dataset is empty or shorter than the offset")
     _check_models(cfg)
     store = ResultStore(args.output_dir, {
         "dataset": args.dataset, "offset": args.offset, "config": cfg.model_dump(mode="json"),
@@ -176,9 +179,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     todo = [p for p in problems if p.id not in store.done_ids]
     if todo:
         with FastTTS(cfg) as tts:
+            for p in todo:  # every prompt must fit before the first problem is run
+                tts.check_prompt(p.problem, p.id)
             summary = run_eval(problems, lambda p: tts.solve(p.problem, p.id), store)
     else:
-        summary = store.write_summary()
+        summary = store.summary_of({p.id for p in problems})
     if summary:
         _print_summary(summary, args)
     return 0
@@ -219,6 +224,10 @@ def _cmd_models(args: argparse.Namespace) -> int:
             print(f"{name}\t{state}\t{m.description}\t(pip extra: fasttts[{m.pip_extra}])")
         return 0
     names = args.names or sorted({DEFAULT_GENERATOR, DEFAULT_VERIFIER})
+    unknown = [n for n in names if n not in EMBEDDED_MODELS]
+    if unknown:
+        raise ValueError(f"unknown embedded model {unknown[0]!r}; embedded models are: "
+                         f"{', '.join(EMBEDDED_MODELS)}")
     for name in names:
         print(f"preparing {name} ...", flush=True)
         print(f"{name}: {prepare_model(name, force=args.force)}")

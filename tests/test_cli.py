@@ -16,6 +16,9 @@ from fasttts.cli import main, parse_size
     (["solve", "x", "--max-tokens", "0"], "max_tokens"),
     (["eval", "--dataset", "nope", "--output-dir", "OUT"], "unknown dataset 'nope'"),
     (["eval", "--dataset", "gsm8k", "--limit", "0", "--output-dir", "OUT"], "limit"),
+    (["eval", "--dataset", "aime24", "--offset", "30", "--output-dir", "OUT"],
+     "no problems selected"),
+    (["models", "prepare", "bogus"], "unknown embedded model 'bogus'"),
 ])
 def test_bad_input_is_one_clear_error(argv, message, tmp_path, capsys):
     argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]

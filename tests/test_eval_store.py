@@ -51,10 +51,39 @@ def test_interrupted_run_resumes_without_loss_or_duplicates(tmp_path):
     assert calls == []  # everything done: nothing rerun
 
 
-def test_other_configuration_is_refused(tmp_path):
-    ResultStore(tmp_path, {"dataset": "x", "n": 1})
-    with pytest.raises(OutputDirError, match="differs in n"):
-        ResultStore(tmp_path, {"dataset": "x", "n": 2})
+def test_other_configuration_is_refused_naming_the_setting(tmp_path):
+    solve, _ = solver()
+    cfg = {"dataset": "x", "config": {"search": {"n": 1, "seed": 0}}}
+    run_eval(PROBLEMS[:1], solve, ResultStore(tmp_path, cfg), progress=False)
+    other = {"dataset": "x", "config": {"search": {"n": 2, "seed": 0}}}
+    with pytest.raises(OutputDirError, match=r"config.search.n: 1 -> 2"):
+        ResultStore(tmp_path, other)
+
+
+def test_nothing_is_written_before_the_first_result(tmp_path):
+    out = tmp_path / "out"
+    ResultStore(out, {"n": 1})
+    assert not out.exists()
+
+
+def test_summary_covers_the_selected_problems_only(tmp_path):
+    solve, _ = solver()
+    run_eval(PROBLEMS, solve, ResultStore(tmp_path, {}), progress=False)
+    solve, calls = solver()
+    summary = run_eval(PROBLEMS[:2], solve, ResultStore(tmp_path, {}), progress=False)
+    assert calls == [] and summary["num_problems"] == 2
+
+
+@pytest.mark.parametrize("bad", ["", "  "])
+def test_empty_output_dir_is_refused(bad):
+    with pytest.raises(OutputDirError, match="output dir is empty"):
+        ResultStore(bad, {})
+
+
+def test_output_dir_below_a_file_is_refused(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(OutputDirError, match="f is not a writable folder"):
+        ResultStore(tmp_path / "f" / "sub", {})
 
 
 def test_output_dir_that_is_a_file_is_refused(tmp_path):

@@ -112,7 +112,7 @@ def test_token_budget_finishes_a_beam_with_length():
 def test_prompt_too_long_is_a_clear_error():
     gen = ScriptedGenerator({}, max_model_len=5)
     runner = SearchRunner(gen, ScriptedVerifier({}), SearchConfig(method="best_of_n", n=1))
-    with pytest.raises(PromptTooLongError, match="prompt has 9 tokens, the model's context is 5"):
+    with pytest.raises(PromptTooLongError, match="has 9 tokens but the model's context is 5 tokens"):
         runner.run("too long!", "p")
     with pytest.raises(ValueError, match="problem is empty"):
         runner.run("  ", "p")

@@ -94,7 +94,7 @@ def load_dataset(
             if ``limit <= 0`` or ``offset < 0`` (or either is not an integer).
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
-        raise DatasetError(f"limit must be a positive integer or None, got {limit!r}")
+        raise DatasetError(f"limit must be a positive integer, got {limit!r}")
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise DatasetError(f"offset must be a non-negative integer, got {offset!r}")
 

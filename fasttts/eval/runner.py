@@ -52,24 +52,41 @@ class ResultStore:
     """
 
     def __init__(self, output_dir: str | os.PathLike, config: dict):
+        if not str(output_dir).strip():
+            raise OutputDirError("output dir is empty: give the folder to write results to")
         self.dir = Path(output_dir)
-        if self.dir.exists() and not self.dir.is_dir():
-            raise OutputDirError(f"output dir {self.dir} exists and is not a folder")
-        self.dir.mkdir(parents=True, exist_ok=True)
         self.results = self.dir / "results.jsonl"
-        cfg_path = self.dir / "config.json"
-        config = json.loads(json.dumps(config))
-        if cfg_path.exists():
-            old = json.loads(cfg_path.read_text(encoding="utf-8"))
-            if old != config:
-                diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
-                raise OutputDirError(
-                    f"output dir {self.dir} holds results of another configuration (differs in "
-                    f"{', '.join(diff)}); use a new --output-dir or the same settings"
-                )
-        else:
-            _write_atomic(cfg_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
-        self.records = self._load()
+        self.config = json.loads(json.dumps(config))
+        try:
+            if self.dir.exists() and not self.dir.is_dir():
+                raise OutputDirError(f"output dir {self.dir} exists and is not a folder")
+            existing = next(p for p in (self.dir, *self.dir.absolute().parents) if p.exists())
+            if not existing.is_dir() or not os.access(existing, os.W_OK):
+                raise OutputDirError(f"output dir {self.dir} cannot be created: {existing} is "
+                                     f"not a writable folder")
+            cfg_path = self.dir / "config.json"
+            if cfg_path.exists():
+                old = json.loads(cfg_path.read_text(encoding="utf-8"))
+                diff = _differences(old, self.config)
+                if diff:
+                    raise OutputDirError(
+                        f"output dir {self.dir} holds results of another configuration "
+                        f"({'; '.join(diff)}); use a new --output-dir or the same settings"
+                    )
+            self.records = self._load()
+        except OSError as e:
+            raise OutputDirError(f"output dir {self.dir} cannot be used: {e}") from e
+
+    def _create(self) -> None:
+        """Create the folder and its config.json on the first write, so a run that fails
+        before any problem is solved leaves nothing behind."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            cfg_path = self.dir / "config.json"
+            if not cfg_path.exists():
+                _write_atomic(cfg_path, json.dumps(self.config, indent=2, sort_keys=True) + "\n")
+        except OSError as e:
+            raise OutputDirError(f"output dir {self.dir} cannot be written: {e}") from e
 
     def _load(self) -> list[dict]:
         if not self.results.exists():
@@ -89,6 +106,11 @@ class ResultStore:
                 f.truncate(good_end)
         return records
 
+    def summary_of(self, ids: set[str]) -> dict | None:
+        """Summary over the records of the given problem ids (None if none is done)."""
+        records = [r for r in self.records if r["id"] in ids]
+        return summarize(records) if records else None
+
     @property
     def done_ids(self) -> set[str]:
         """Ids of the problems with a record."""
@@ -98,6 +120,7 @@ class ResultStore:
         """Append one record as a single line, flushed and synced; rewrite summary.json and
         return it."""
         line = json.dumps(record, ensure_ascii=False) + "\n"
+        self._create()
         with open(self.results, "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
@@ -109,9 +132,20 @@ class ResultStore:
         """Write summary.json over all records (atomically); returns it, or None if empty."""
         if not self.records:
             return None
+        self._create()
         summary = summarize(self.records)
         _write_atomic(self.dir / "summary.json", json.dumps(summary, indent=2) + "\n")
         return summary
+
+
+def _differences(old, new, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two JSON objects, as "key: old -> new"."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new)):
+            out += _differences(old.get(k), new.get(k), f"{prefix}{k}.")
+        return out
+    return [] if old == new else [f"{prefix[:-1]}: {old!r} -> {new!r}"]
 
 
 def run_eval(
@@ -129,7 +163,7 @@ def run_eval(
         progress: show a tqdm progress bar.
 
     Returns:
-        The summary over all records of the folder (None if there are none).
+        The summary over the records of `problems` (None if there are none).
     """
     from tqdm import tqdm
 
@@ -145,4 +179,5 @@ def run_eval(
                 bar.set_postfix(weighted=f"{acc['weighted']:.2f}", majority=f"{acc['majority']:.2f}")
     finally:
         bar.close()
-    return store.write_summary()
+    store.write_summary()
+    return store.summary_of({p.id for p in problems})

@@ -99,13 +99,7 @@ class SearchRunner:
             PromptTooLongError: the prompt does not leave room for one generated token.
         """
         cfg = self.cfg
-        prompt_ids = self.generator.encode_chat(build_messages(problem, cfg.system_prompt))
-        if len(prompt_ids) >= self.generator.max_model_len:
-            raise PromptTooLongError(
-                f"problem {problem_key!r}: its prompt has {len(prompt_ids)} tokens, the model's "
-                f"context is {self.generator.max_model_len} tokens; shorten the problem or raise "
-                f"max_model_len"
-            )
+        prompt_ids = self.prompt_ids(problem, problem_key)
         ids = itertools.count()
         cache_before = self.generator.cache_stats()
         start = self.generator.now()
@@ -164,6 +158,22 @@ class SearchRunner:
             cache=self.generator.cache_stats().since(cache_before),
             occupancy=trace.samples,
         )
+
+    def prompt_ids(self, problem: str, problem_key: str = "problem") -> list[int]:
+        """The generator prompt of a problem, checked to fit the context.
+
+        Raises:
+            ValueError: the problem is empty.
+            PromptTooLongError: the prompt leaves no room for one generated token.
+        """
+        ids = self.generator.encode_chat(build_messages(problem, self.cfg.system_prompt))
+        if len(ids) >= self.generator.max_model_len:
+            raise PromptTooLongError(
+                f"the prompt of problem {problem_key!r} has {len(ids)} tokens but the model's "
+                f"context is {self.generator.max_model_len} tokens; shorten the problem or "
+                f"raise --max-model-len"
+            )
+        return ids
 
     def _verify(self, problem: str, beams: list[Beam]) -> None:
         """Score the steps each beam has not had scored yet, then its aggregated score."""
