@@ -65,4 +65,5 @@ def test_cache_stats_since():
     d = b.since(a)
     assert (d.prefix_cache_queries, d.prefix_cache_hits, d.num_preemptions) == (200, 150, 0)
     assert d.prefix_cache_hit_rate == 0.75 and d.num_blocks_used == 0
+    assert a.num_blocks_free == 7
     assert CacheStats(16, 1, 0).prefix_cache_hit_rate == 0.0

@@ -76,6 +76,11 @@ class CacheStats:
     prefix_cache_hits: int = 0
     num_preemptions: int = 0
 
+    @property
+    def num_blocks_free(self) -> int:
+        """Blocks not referenced by a running sequence (prefix-cached free blocks included)."""
+        return self.num_blocks - self.num_blocks_used
+
     def since(self, earlier: CacheStats) -> CacheStats:
         """These statistics with the cumulative counters taken relative to `earlier` (block
         usage stays current): the cache activity of what ran in between."""

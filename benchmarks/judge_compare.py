@@ -1,0 +1,50 @@
+"""Compare two verifier runs that scored the same generator samples (same seeds): accuracy of
+the best path and of the PRM-weighted vote, and how often a correct completion outscores an
+incorrect one of the same problem (pairwise ranking accuracy).
+
+Usage: python benchmarks/judge_compare.py RUN_DIR_A RUN_DIR_B
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from fasttts.eval.grading import is_equivalent
+
+
+def load(folder: str) -> dict[str, dict]:
+    return {r["id"]: r for r in map(json.loads, open(Path(folder) / "results.jsonl"))}
+
+
+def stats(records: list[dict]) -> dict:
+    pairs = wins = 0
+    for r in records:
+        ok = [c["score"] for c in r["completions"] if is_equivalent(c["answer"], r["gold"])]
+        bad = [c["score"] for c in r["completions"] if not is_equivalent(c["answer"], r["gold"])]
+        for g in ok:
+            for b in bad:
+                pairs += 1
+                wins += 1.0 if g > b else 0.5 if g == b else 0.0
+    n = len(records)
+    return {
+        "problems": n,
+        "best": sum(r["correct"]["best"] for r in records) / n,
+        "weighted": sum(r["correct"]["weighted"] for r in records) / n,
+        "majority": sum(r["correct"]["majority"] for r in records) / n,
+        "pairwise_ranking": wins / pairs if pairs else None,
+        "pairs": pairs,
+        "verifier_s": sum(r["verifier_time_s"] for r in records) / n,
+    }
+
+
+def main(a: str, b: str) -> None:
+    ra, rb = load(a), load(b)
+    common = sorted(set(ra) & set(rb))
+    for name, runs in ((a, ra), (b, rb)):
+        print(name, json.dumps(stats([runs[i] for i in common])))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
