@@ -133,6 +133,8 @@ def _print_solution(record: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from fasttts.steps import split_steps
+
     console = Console()
     if not record["completions"]:
         console.print("[red]no completion[/red]")
@@ -140,8 +142,6 @@ def _print_solution(record: dict) -> None:
     best = record["completions"][0]
     console.rule("chosen path (highest PRM score)")
     table = Table("step", "PRM score", "text", show_lines=True)
-    from fasttts.steps import split_steps
-
     for i, (step, score) in enumerate(
         zip(split_steps(best["text"]), best["step_scores"]), start=1
     ):

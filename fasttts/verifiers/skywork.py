@@ -9,7 +9,6 @@ B_pre paths per forward pass) on the same device vLLM uses.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from fasttts.config import EngineConfig
@@ -103,9 +102,6 @@ class SkyworkVerifier(Verifier):
             for req, (_, flags), row in zip(chunk, prepared, values):
                 scores.append([float(row[p]) for p in flags[req.start :]])
         return scores
-
-    def now(self) -> float:
-        return time.perf_counter()
 
     def close(self) -> None:
         self.model = None
