@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from fasttts.config import SearchConfig
 from fasttts.runtime.generation import GenerationTrace, StepRequest, beam_seed, extend_beams
 from fasttts.runtime.loop import PromptTooLongError, SearchRunner
 from fasttts.search import SearchConfigError, make_strategy
-from fasttts.search.base import fan_out
+from fasttts.search.base import by_score, fan_out
 from fasttts.beam import Beam
 from tests.scripted import ScriptedGenerator, ScriptedVerifier
 
@@ -96,8 +98,25 @@ def test_best_of_n_samples_n_paths_to_the_end_in_one_iteration():
     cfg = SearchConfig(method="best_of_n", n=3, beam_width=1)
     result = SearchRunner(gen, ver, cfg, "mean").run("q", "p")
     assert [p.stop for _, p in gen.added] == [(), (), ()]
-    assert [b.beam_id for b in result.completions] == [1, 2, 3]  # mean: .6, .6, .3 (tie -> id)
+    # mean: beams 1 and 2 tie at .6 (order by text hash, see by_score), beam 3 has .3
+    h = {b.beam_id: hashlib.blake2b(b.text.encode(), digest_size=8).digest()
+         for b in result.completions}
+    first_two = sorted([1, 2], key=lambda i: h[i])
+    assert [b.beam_id for b in result.completions] == [*first_two, 3]
     assert [round(b.score, 6) for b in result.completions] == [0.6, 0.6, 0.3]
+
+
+def test_ties_are_broken_by_content_not_by_beam_id():
+    texts = [f"step {c}" for c in "abcdefgh"]
+
+    def beams(ids):
+        return [Beam(beam_id=i, text=t, score=0.5) for i, t in zip(ids, texts)]
+
+    picked = [b.text for b in by_score(beams(range(8)))[:4]]
+    assert picked == [b.text for b in by_score(beams(range(8, 0, -1)))[:4]]
+    assert picked == sorted(texts, key=lambda t: hashlib.blake2b(t.encode(), digest_size=8).digest())[:4]
+    same = [Beam(beam_id=i, text="same", score=0.5) for i in (5, 3, 9)]
+    assert [b.beam_id for b in by_score(same)] == [3, 5, 9]
 
 
 def test_token_budget_finishes_a_beam_with_length():

@@ -8,6 +8,7 @@ these decisions (FastTTS section 4.1, algorithmic equivalence).
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import ClassVar
@@ -22,10 +23,19 @@ class SearchConfigError(ValueError):
     """A search configuration the method cannot run (the message says what is allowed)."""
 
 
+def _text_rank(beam: Beam) -> bytes:
+    return hashlib.blake2b(beam.text.encode(), digest_size=8).digest()
+
+
 def by_score(beams: list[Beam]) -> list[Beam]:
-    """Beams sorted by aggregated score, best first; equal scores keep the lower beam_id first,
-    so selection is deterministic."""
-    return sorted(beams, key=lambda b: (-b.score, b.beam_id))
+    """Beams sorted by aggregated score, best first.
+
+    Equal scores are common (PRM probabilities from bf16 logits take few distinct values), so
+    ties are broken by a hash of the beam's text, then by beam_id: deterministic and
+    independent of submission order, without the bias of an index tie-break towards the
+    children of the first kept parent (which collapses beam search onto one lineage).
+    """
+    return sorted(beams, key=lambda b: (-b.score, _text_rank(b), b.beam_id))
 
 
 class SearchStrategy(ABC):
