@@ -179,5 +179,4 @@ def run_eval(
                 bar.set_postfix(weighted=f"{acc['weighted']:.2f}", majority=f"{acc['majority']:.2f}")
     finally:
         bar.close()
-    store.write_summary()
     return store.summary_of({p.id for p in problems})
