@@ -37,6 +37,10 @@ class FastTTS:
         self.generator = generator
         self.verifier = verifier
         try:
+            if config.backend == "sim" and self.generator is None and self.verifier is None:
+                from fasttts.backends.sim import build_sim
+
+                self.generator, self.verifier = build_sim(config)
             if self.generator is None:
                 from fasttts.backends.vllm_generator import VLLMGenerator
 
@@ -59,6 +63,14 @@ class FastTTS:
         """Raise ValueError / `PromptTooLongError` if `problem` cannot be searched (empty, or
         its prompt does not fit the generator's context), without generating anything."""
         self.runner.prompt_ids(problem, problem_id)
+
+    def set_reference(self, problem: str, answer: str | None, difficulty: float | None = None) -> None:
+        """Tell a simulated backend the reference answer (and difficulty in [0, 1]) of
+        `problem`, so that its on-track paths reach it and accuracy is meaningful; real engines
+        ignore it."""
+        workload = getattr(self.generator, "workload", None)
+        if workload is not None and answer is not None:
+            workload.register(problem, answer, difficulty)
 
     def close(self) -> None:
         """Free both engines."""

@@ -22,6 +22,7 @@ class Beam:
         text: generated text (the decoded steps, stop strings kept).
         steps: `text` split into steps (`fasttts.steps.split_steps`).
         step_scores: PRM score of each step in [0, 1]; len <= len(steps).
+        step_tokens: generated tokens of each step (tokens); len == len(steps).
         score: aggregated path score (`aggregate(step_scores, agg_strategy)`).
         finished: True once the beam completed.
         finish_reason: one of FINISH_REASONS when finished.
@@ -39,6 +40,7 @@ class Beam:
     text: str = ""
     steps: list[str] = field(default_factory=list)
     step_scores: list[float] = field(default_factory=list)
+    step_tokens: list[int] = field(default_factory=list)
     score: float = 0.0
     finished: bool = False
     finish_reason: str | None = None
@@ -58,6 +60,7 @@ class Beam:
             text=self.text,
             steps=list(self.steps),
             step_scores=list(self.step_scores),
+            step_tokens=list(self.step_tokens),
             score=self.score,
             subtree=self.subtree,
             iterations=self.iterations,

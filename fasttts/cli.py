@@ -41,21 +41,27 @@ def parse_size(text: str) -> int:
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
-    from fasttts.config import DEFAULT_GENERATOR, DEFAULT_VERIFIER
+    from fasttts.config import DEFAULT_GENERATOR, DEFAULT_VERIFIER, SIM_GENERATOR, SIM_VERIFIER
     from fasttts.search import METHODS
     from fasttts.verifiers import AGG_STRATEGIES, VERIFIER_KINDS
 
     g = p.add_argument_group("models")
-    g.add_argument("--generator", default=DEFAULT_GENERATOR,
-                   help="embedded model name, local HF folder or HF id (default: %(default)s)")
-    g.add_argument("--verifier", default=DEFAULT_VERIFIER,
-                   help="PRM: embedded name, local folder or HF id (default: %(default)s)")
+    g.add_argument("--backend", default="vllm", choices=("vllm", "sim"),
+                   help="vllm: real engines; sim: simulated GPU on a virtual clock "
+                        "(default: %(default)s)")
+    g.add_argument("--generator", default=None,
+                   help=f"embedded model name, local HF folder or HF id (default: "
+                        f"{DEFAULT_GENERATOR}); with --backend sim a model spec name "
+                        f"(default: {SIM_GENERATOR})")
+    g.add_argument("--verifier", default=None,
+                   help=f"PRM: embedded name, local folder or HF id (default: {DEFAULT_VERIFIER}); "
+                        f"with --backend sim a model spec name (default: {SIM_VERIFIER})")
     g.add_argument("--verifier-kind", default="auto", choices=("auto", *VERIFIER_KINDS),
                    help="scoring format of the verifier (default: from the model name)")
-    g.add_argument("--generator-kv-cache", type=parse_size, default=parse_size("1GiB"),
-                   metavar="SIZE", help="KV-cache size of the generator (default: 1GiB)")
-    g.add_argument("--verifier-kv-cache", type=parse_size, default=parse_size("1GiB"),
-                   metavar="SIZE", help="KV-cache size of the verifier (default: 1GiB)")
+    g.add_argument("--generator-kv-cache", type=parse_size, default=None, metavar="SIZE",
+                   help="KV-cache size of the generator (default: 1GiB; sim: the static split)")
+    g.add_argument("--verifier-kv-cache", type=parse_size, default=None, metavar="SIZE",
+                   help="KV-cache size of the verifier (default: 1GiB; sim: the static split)")
     g.add_argument("--block-size", type=int, default=None,
                    help="KV block size in tokens (CPU: a multiple of 32; default: platform's)")
     g.add_argument("--max-model-len", type=int, default=4096,
@@ -64,6 +70,21 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="CPU threads per engine on the CPU build (default: %(default)s)")
     g.add_argument("--verifier-batch-size", type=int, default=64,
                    help="most verifier requests in flight (B_pre) (default: %(default)s)")
+    d = p.add_argument_group("simulated device (--backend sim)")
+    d.add_argument("--hardware", default="rtx4090",
+                   help="hardware spec name or .json file (default: %(default)s)")
+    d.add_argument("--memory-fraction", type=float, default=0.9,
+                   help="fraction of device memory both engines use (default: %(default)s)")
+    d.add_argument("--generator-kv-share", type=float, default=0.5,
+                   help="generator's share of the KV memory in the static split "
+                        "(default: %(default)s)")
+    d.add_argument("--max-num-seqs", type=int, default=256,
+                   help="most running generator sequences (default: %(default)s)")
+    d.add_argument("--max-num-batched-tokens", type=int, default=8192,
+                   help="token budget per engine step (default: %(default)s)")
+    d.add_argument("--sim-workload", default=None, metavar="FILE",
+                   help="workload model .json, or a trace.jsonl from a real `fasttts eval` run "
+                        "(default: the parametric model)")
     s = p.add_argument_group("search")
     s.add_argument("--method", default="beam_search",
                    help=f"search method: {', '.join(sorted(METHODS))} (default: %(default)s)")
@@ -82,17 +103,34 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 def _run_config(args: argparse.Namespace):
-    from fasttts.config import EngineConfig, RunConfig, SearchConfig, VerifierConfig
+    from fasttts.config import (DEFAULT_GENERATOR, DEFAULT_VERIFIER, GiB, SIM_GENERATOR,
+                                SIM_VERIFIER, EngineConfig, RunConfig, SearchConfig, SimConfig,
+                                VerifierConfig)
 
-    def engine(model: str, kv: int) -> EngineConfig:
-        return EngineConfig(model=model, kv_cache_memory_bytes=kv, block_size=args.block_size,
-                            max_model_len=args.max_model_len, num_threads=args.threads,
-                            seed=args.seed)
+    sim = args.backend == "sim"
+    generator = args.generator or (SIM_GENERATOR if sim else DEFAULT_GENERATOR)
+    verifier = args.verifier or (SIM_VERIFIER if sim else DEFAULT_VERIFIER)
 
+    def engine(model: str, kv: int | None) -> EngineConfig:
+        return EngineConfig(model=model, kv_cache_memory_bytes=kv or GiB,
+                            block_size=args.block_size, max_model_len=args.max_model_len,
+                            num_threads=args.threads, seed=args.seed)
+
+    sim_cfg = SimConfig()
+    if sim:
+        sim_cfg = SimConfig(
+            hardware=args.hardware, memory_fraction=args.memory_fraction,
+            generator_kv_share=args.generator_kv_share,
+            generator_kv_cache_bytes=args.generator_kv_cache,
+            verifier_kv_cache_bytes=args.verifier_kv_cache,
+            block_size=args.block_size or 16, max_num_seqs=args.max_num_seqs,
+            max_num_batched_tokens=args.max_num_batched_tokens, workload=args.sim_workload)
     return RunConfig(
-        generator=engine(args.generator, args.generator_kv_cache),
+        backend=args.backend,
+        sim=sim_cfg,
+        generator=engine(generator, args.generator_kv_cache),
         verifier=VerifierConfig(kind=args.verifier_kind,
-                                engine=engine(args.verifier, args.verifier_kv_cache),
+                                engine=engine(verifier, args.verifier_kv_cache),
                                 agg_strategy=args.agg_strategy,
                                 batch_size=args.verifier_batch_size),
         search=SearchConfig(method=args.method, n=args.n, beam_width=args.beam_width,
@@ -104,6 +142,12 @@ def _run_config(args: argparse.Namespace):
 def _check_models(cfg) -> None:
     """Fail fast on model names that cannot resolve, before any engine starts."""
     from fasttts.models import EMBEDDED_MODELS, resolve_model
+
+    if cfg.backend == "sim":
+        from fasttts.backends.sim import check_sim_config
+
+        check_sim_config(cfg)
+        return
 
     for model in (cfg.generator.model, cfg.verifier.engine.model):
         if model in EMBEDDED_MODELS:
@@ -166,6 +210,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from fasttts.eval.runner import ResultStore, run_eval
     from fasttts.search import make_strategy
 
+    from fasttts.backends.sim.workload import problem_difficulty
+
     cfg = _run_config(args)
     make_strategy(cfg.search)
     problems = load_dataset(args.dataset, limit=args.limit, offset=args.offset)
@@ -181,6 +227,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         with FastTTS(cfg) as tts:
             for p in todo:  # every prompt must fit before the first problem is run
                 tts.check_prompt(p.problem, p.id)
+                if cfg.backend == "sim":
+                    tts.set_reference(p.problem, p.answer, problem_difficulty(
+                        args.dataset, p.problem, p.meta.get("level")))
             summary = run_eval(problems, lambda p: tts.solve(p.problem, p.id), store)
     else:
         summary = store.summary_of({p.id for p in problems})
@@ -193,8 +242,11 @@ def _print_summary(summary: dict, args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    clock = summary.get("clock")
+    where = (f"simulated {args.hardware}, virtual-clock seconds" if clock == "simulated"
+             else "wall-clock seconds")
     t = Table(title=f"{args.method} n={args.n} on {args.dataset} "
-                    f"({summary['num_problems']} problems) -> {args.output_dir}")
+                    f"({summary['num_problems']} problems, {where}) -> {args.output_dir}")
     t.add_column("metric")
     t.add_column("value", justify="right")
     acc = summary["accuracy"]

@@ -11,14 +11,17 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["AggStrategy", "EngineConfig", "RunConfig", "SearchConfig", "VerifierConfig", "DEFAULT_GENERATOR",
-           "DEFAULT_VERIFIER"]
+__all__ = ["AggStrategy", "EngineConfig", "RunConfig", "SearchConfig", "SimConfig", "VerifierConfig",
+           "DEFAULT_GENERATOR", "DEFAULT_VERIFIER", "SIM_GENERATOR", "SIM_VERIFIER"]
 
 AggStrategy = Literal["last", "min", "prod", "mean"]
 
 #: The embedded defaults (chosen by measured accuracy and speed; README "Default models").
 DEFAULT_GENERATOR = "qwen2.5-coder-0.5b-instruct"
 DEFAULT_VERIFIER = "qwen2.5-coder-0.5b-instruct"
+#: The simulator's defaults: the FastTTS paper's 1.5B generator + 7B PRM pair (model specs).
+SIM_GENERATOR = "qwen2.5-math-1.5b"
+SIM_VERIFIER = "math-shepherd-7b"
 
 GiB = 1 << 30
 
@@ -113,15 +116,52 @@ class SearchConfig(_Strict):
         return v
 
 
-class RunConfig(_Strict):
-    """A whole run: generator engine, verifier, search.
+class SimConfig(_Strict):
+    """The simulated device of `backend="sim"` (`fasttts.backends.sim`).
+
+    With the simulator, `generator.model` and `verifier.engine.model` name model specs
+    (`fasttts.backends.sim.specs.model_names()`), not weights.
 
     Attributes:
+        hardware: hardware spec name or .json path (`rtx4090`, `h200`, ...).
+        memory_fraction: fraction of device memory the two engines may use (like vLLM's
+            gpu_memory_utilization), in (0, 1].
+        generator_kv_share: the generator's share of the KV memory left after both models'
+            weights and activation reserves (the static split; 0.5 as in search-and-learn).
+        activation_reserve_bytes: memory each engine keeps for activations (bytes).
+        generator_kv_cache_bytes, verifier_kv_cache_bytes: explicit KV-cache sizes (bytes)
+            that replace the static split when set.
+        block_size: tokens per KV block (vLLM's GPU default 16).
+        max_num_seqs: most running sequences of the generator (B_dec cap).
+        max_num_batched_tokens: token budget of one engine step (chunked prefill).
+        workload: a WorkloadModel .json or a recorded trace.jsonl; None = the parametric default.
+    """
+
+    hardware: str = "rtx4090"
+    memory_fraction: float = Field(default=0.9, gt=0.0, le=1.0)
+    generator_kv_share: float = Field(default=0.5, gt=0.0, lt=1.0)
+    activation_reserve_bytes: int = Field(default=GiB // 2, ge=0)
+    generator_kv_cache_bytes: int | None = Field(default=None, gt=0)
+    verifier_kv_cache_bytes: int | None = Field(default=None, gt=0)
+    block_size: int = Field(default=16, gt=0)
+    max_num_seqs: int = Field(default=256, gt=0)
+    max_num_batched_tokens: int = Field(default=8192, gt=0)
+    workload: str | None = None
+
+
+class RunConfig(_Strict):
+    """A whole run: generator engine, verifier, search, and which backend runs them.
+
+    Attributes:
+        backend: "vllm" (real engines, wall clock) or "sim" (simulated device, virtual clock).
         generator: the generator's engine.
         verifier: the verifier (PRM) and its engine.
         search: the search method and parameters.
+        sim: the simulated device (used when backend == "sim").
     """
 
+    backend: Literal["vllm", "sim"] = "vllm"
     generator: EngineConfig = Field(default_factory=lambda: EngineConfig(model=DEFAULT_GENERATOR))
     verifier: VerifierConfig = Field(default_factory=VerifierConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
+    sim: SimConfig = Field(default_factory=SimConfig)

@@ -67,6 +67,8 @@ class CacheStats:
         prefix_cache_queries: prompt tokens looked up in the prefix cache (cumulative).
         prefix_cache_hits: of those, tokens found (cumulative).
         num_preemptions: sequences preempted for lack of KV blocks (cumulative).
+        num_recomputed_tokens: tokens computed again after a preemption (cumulative); None
+            where the engine does not report it (vLLM).
     """
 
     block_size: int
@@ -75,6 +77,7 @@ class CacheStats:
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
     num_preemptions: int = 0
+    num_recomputed_tokens: int | None = None
 
     @property
     def num_blocks_free(self) -> int:
@@ -91,6 +94,9 @@ class CacheStats:
             prefix_cache_queries=self.prefix_cache_queries - earlier.prefix_cache_queries,
             prefix_cache_hits=self.prefix_cache_hits - earlier.prefix_cache_hits,
             num_preemptions=self.num_preemptions - earlier.num_preemptions,
+            num_recomputed_tokens=(
+                None if self.num_recomputed_tokens is None or earlier.num_recomputed_tokens is None
+                else self.num_recomputed_tokens - earlier.num_recomputed_tokens),
         )
 
     @property
@@ -105,9 +111,12 @@ class GeneratorBackend(ABC):
     Attributes:
         max_model_len: context limit of the model in tokens (prompt + generated).
         eos_token_ids: token ids that end a sequence.
+        clock_kind: "wall" (real seconds) or "simulated" (virtual seconds of a simulated
+            device); results carry it so simulated numbers are never mistaken for measured.
     """
 
     max_model_len: int
+    clock_kind: str = "wall"
 
     @abstractmethod
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:

@@ -88,6 +88,7 @@ def problem_record(result: SearchResult, gold: str | None, problem: str = "") ->
     cache = result.cache
     return {
         "id": result.problem_key,
+        "clock": result.clock,
         "problem": problem,
         "gold": gold,
         "pred": preds,
@@ -107,6 +108,7 @@ def problem_record(result: SearchResult, gold: str | None, problem: str = "") ->
         "prompt_tokens": result.prompt_tokens,
         "prefix_cache_hit_rate": cache.prefix_cache_hit_rate if cache else None,
         "num_preemptions": cache.num_preemptions if cache else None,
+        "num_recomputed_tokens": cache.num_recomputed_tokens if cache else None,
         "completions": [
             {
                 "beam_id": b.beam_id,
@@ -114,6 +116,8 @@ def problem_record(result: SearchResult, gold: str | None, problem: str = "") ->
                 "score": b.score,
                 "step_scores": b.step_scores,
                 "num_tokens": b.num_tokens,
+                "step_tokens": b.step_tokens,
+                "correct": is_equivalent(a, gold) if gold is not None else None,
                 "finish_reason": b.finish_reason,
                 "completion_time_s": b.finish_time - b.start_time,
                 "generator_time_s": b.generator_time,
@@ -143,8 +147,10 @@ def summarize(records: Sequence[dict]) -> dict:
         acc = {k: sum(bool(r["correct"][k]) for r in graded) / len(graded)
                for k in ("majority", "weighted", "best", "pass@n")}
     lat = [r["latency_s"] for r in records]
+    clocks = {r.get("clock", "wall") for r in records}
     return {
         "num_problems": n,
+        "clock": clocks.pop() if len(clocks) == 1 else "mixed",
         "accuracy": acc,
         "precise_goodput_tok_s": statistics.fmean(r["precise_goodput_tok_s"] for r in records),
         "latency_s": {
@@ -159,6 +165,8 @@ def summarize(records: Sequence[dict]) -> dict:
         "mean_tokens_per_beam": statistics.fmean(r["mean_tokens_per_beam"] for r in records),
         "num_completions": statistics.fmean(r["num_completions"] for r in records),
         "prefix_cache_hit_rate": _mean_of(records, "prefix_cache_hit_rate"),
+        "num_preemptions": _mean_of(records, "num_preemptions"),
+        "num_recomputed_tokens": _mean_of(records, "num_recomputed_tokens"),
     }
 
 

@@ -6,6 +6,9 @@ Layout of the output folder:
 - `results.jsonl`: one record per finished problem (`fasttts.eval.metrics.problem_record`),
   each written as one complete line and flushed to disk before the next problem starts.
 - `summary.json`: the summary over all records, rewritten atomically after each problem.
+- `trace.jsonl`: per problem, per returned path: tokens and PRM score of every step and
+  whether the path's answer is correct (`trace_line`); rewritten with the summary. The
+  simulator fits its workload to it (`fasttts eval --backend sim --sim-workload trace.jsonl`).
 
 Re-running the same command skips the problems already in `results.jsonl`; a line cut short
 by an interrupted run is dropped and that problem is run again, so nothing is lost or
@@ -22,7 +25,19 @@ from pathlib import Path
 from fasttts.eval.datasets import Problem
 from fasttts.eval.metrics import problem_record, summarize
 
-__all__ = ["OutputDirError", "ResultStore", "run_eval"]
+__all__ = ["OutputDirError", "ResultStore", "run_eval", "trace_line"]
+
+
+def trace_line(record: dict) -> dict:
+    """The trace of one problem record: {"id", "clock", "paths": [{"step_tokens",
+    "step_scores", "correct", "finish_reason"}]} (tokens per step, PRM score per step, final
+    correctness or None without a reference answer)."""
+    return {
+        "id": record["id"],
+        "clock": record.get("clock", "wall"),
+        "paths": [{k: c.get(k) for k in ("step_tokens", "step_scores", "correct", "finish_reason")}
+                  for c in record["completions"]],
+    }
 
 
 class OutputDirError(ValueError):
@@ -134,6 +149,8 @@ class ResultStore:
             return None
         self._create()
         summary = summarize(self.records)
+        _write_atomic(self.dir / "trace.jsonl",
+                      "".join(json.dumps(trace_line(r)) + "\n" for r in self.records))
         _write_atomic(self.dir / "summary.json", json.dumps(summary, indent=2) + "\n")
         return summary
 

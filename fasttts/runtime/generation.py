@@ -95,6 +95,7 @@ def extend_beams(
             generator.add_sequence(seq_id, req.prompt_ids + beam.token_ids, params)
             by_seq[seq_id] = beam
         new_text = {seq_id: "" for seq_id in by_seq}
+        pieces: dict[str, list[tuple[int, int]]] = {seq_id: [] for seq_id in by_seq}
         pending = set(by_seq)
         while pending:
             updates = generator.step()
@@ -105,18 +106,44 @@ def extend_beams(
                     continue
                 beam.token_ids.extend(up.new_token_ids)
                 trace.tokens += len(up.new_token_ids)
+                pieces[up.seq_id].append((len(new_text[up.seq_id]), len(up.new_token_ids)))
                 new_text[up.seq_id] += up.new_text
                 if up.finished:
                     pending.discard(up.seq_id)
-                    _finish_step(beam, new_text[up.seq_id], up.finish_reason, req)
+                    _finish_step(beam, new_text[up.seq_id], up.finish_reason, req,
+                                 pieces[up.seq_id])
     except BaseException:
         generator.abort(list(by_seq))
         raise
 
 
-def _finish_step(beam: Beam, text: str, reason: str | None, req: StepRequest) -> None:
+def _step_token_counts(text: str, pieces: list[tuple[int, int]], delimiter: str) -> list[int]:
+    """Tokens of each step of `text` (the text one sequence generated), from its updates
+    (character offset where the update's text starts, tokens in the update): an update's
+    tokens count for the step its text starts in (exact when updates carry one token)."""
+    bounds, pos = [], 0
+    for step in split_steps(text, delimiter):
+        pos += len(step)
+        bounds.append(pos)
+    counts = [0] * len(bounds)
+    k = 0
+    for offset, ntok in pieces:
+        while k < len(bounds) - 1 and offset >= bounds[k]:
+            k += 1
+        if counts:
+            counts[k] += ntok
+    return counts
+
+
+def _finish_step(beam: Beam, text: str, reason: str | None, req: StepRequest,
+                 pieces: list[tuple[int, int]] = ()) -> None:
+    before = len(beam.steps)
     beam.text += text
     beam.steps = split_steps(beam.text, req.step_delimiter)
+    new_steps = len(beam.steps) - before
+    if new_steps > 0:
+        counts = _step_token_counts(text, list(pieces), req.step_delimiter)
+        beam.step_tokens += (counts + [0] * new_steps)[:new_steps]
     beam.iterations += 1
     if reason in ("eos", "length"):
         beam.finished, beam.finish_reason = True, reason

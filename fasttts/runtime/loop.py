@@ -43,6 +43,7 @@ class SearchResult:
         prompt_tokens: tokens of the problem's prompt.
         cache: the generator's KV-cache statistics at the end, counters of this problem only.
         occupancy: (time s, running sequences) per generator engine step.
+        clock: "wall" or "simulated" (the generator backend's `clock_kind`).
     """
 
     problem_key: str
@@ -57,6 +58,7 @@ class SearchResult:
     prompt_tokens: int
     cache: CacheStats | None = None
     occupancy: list[tuple[float, int]] = field(default_factory=list)
+    clock: str = "wall"
 
     @property
     def latency(self) -> float:
@@ -157,6 +159,7 @@ class SearchRunner:
             prompt_tokens=len(prompt_ids),
             cache=self.generator.cache_stats().since(cache_before),
             occupancy=trace.samples,
+            clock=self.generator.clock_kind,
         )
 
     def prompt_ids(self, problem: str, problem_key: str = "problem") -> list[int]:

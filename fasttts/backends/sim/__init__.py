@@ -1,0 +1,102 @@
+"""The simulated GPU backend: the same runtime on a virtual clock (DESIGN.md, "backends/").
+
+A roofline cost model (`roofline`) times each engine step of a vLLM-style scheduler with a
+paged, prefix-cached KV cache (`engine`, `kv_cache`); token streams and PRM scores come from a
+deterministic workload model (`workload`). `build_sim` makes a generator and a verifier that
+share one simulated device (one clock, one memory), with the static memory split of the
+search-and-learn baseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fasttts.backends.sim.engine import SimEngine, VirtualClock
+from fasttts.backends.sim.generator import SimGenerator
+from fasttts.backends.sim.specs import HardwareSpec, ModelSpec, load_hardware, load_model
+from fasttts.backends.sim.verifier import SimVerifier
+from fasttts.backends.sim.workload import Workload, WorkloadModel
+from fasttts.config import RunConfig, SimConfig
+
+__all__ = ["MemorySplit", "SimGenerator", "SimVerifier", "Workload", "WorkloadModel", "build_sim",
+           "check_sim_config", "static_split"]
+
+
+@dataclass(frozen=True)
+class MemorySplit:
+    """Device memory of one simulated run (bytes).
+
+    Attributes:
+        usable: memory_fraction x device memory.
+        generator_weights, verifier_weights: the models' weight bytes.
+        reserve: activation memory kept by the two engines together.
+        generator_kv, verifier_kv: the KV caches.
+    """
+
+    usable: int
+    generator_weights: int
+    verifier_weights: int
+    reserve: int
+    generator_kv: int
+    verifier_kv: int
+
+
+def static_split(hw: HardwareSpec, gen: ModelSpec, ver: ModelSpec, cfg: SimConfig) -> MemorySplit:
+    """The baseline's static memory split: both models' weights and activation reserves are
+    placed, and the KV memory left is split `generator_kv_share` : rest (explicit KV sizes in
+    `cfg` replace the split).
+
+    Raises:
+        ValueError: the weights and reserves alone do not fit (says by how much).
+    """
+    usable = int(hw.memory_bytes * cfg.memory_fraction)
+    reserve = 2 * cfg.activation_reserve_bytes
+    left = usable - gen.weight_bytes - ver.weight_bytes - reserve
+    if left <= 0 and not (cfg.generator_kv_cache_bytes and cfg.verifier_kv_cache_bytes):
+        raise ValueError(
+            f"{gen.name} ({gen.weight_bytes / 2**30:.1f} GiB) and {ver.name} "
+            f"({ver.weight_bytes / 2**30:.1f} GiB) weights plus {reserve / 2**30:.1f} GiB of "
+            f"activation reserve do not fit in {cfg.memory_fraction} x {hw.name} memory "
+            f"({usable / 2**30:.1f} GiB); use larger hardware, smaller models or a higher "
+            f"memory fraction")
+    gen_kv = cfg.generator_kv_cache_bytes or int(left * cfg.generator_kv_share)
+    ver_kv = cfg.verifier_kv_cache_bytes or (left - int(left * cfg.generator_kv_share))
+    return MemorySplit(usable, gen.weight_bytes, ver.weight_bytes, reserve, gen_kv, ver_kv)
+
+
+def build_sim(cfg: RunConfig, workload: Workload | None = None) -> tuple[SimGenerator, SimVerifier]:
+    """A simulated generator and verifier on one device, as `cfg` describes.
+
+    Args:
+        cfg: the run configuration (`cfg.sim` for the device, model specs named by
+            `cfg.generator.model` / `cfg.verifier.engine.model`).
+        workload: the token-stream / score model; default from `cfg.sim.workload`.
+
+    Raises:
+        fasttts.backends.sim.specs.SpecError: unknown hardware or model spec.
+        ValueError: the models do not fit, or a KV cache cannot hold one max_model_len sequence.
+    """
+    sim = cfg.sim
+    hw = load_hardware(sim.hardware)
+    gen, ver = load_model(cfg.generator.model), load_model(cfg.verifier.engine.model)
+    split = static_split(hw, gen, ver, sim)
+    if workload is None:
+        model = WorkloadModel.from_file(sim.workload) if sim.workload else WorkloadModel()
+        workload = Workload(model)
+    clock = VirtualClock()
+    bs = sim.block_size
+    gen_engine = SimEngine(gen, hw, clock, split.generator_kv // (bs * gen.kv_bytes_per_token), bs,
+                           sim.max_num_seqs, sim.max_num_batched_tokens,
+                           cfg.generator.max_model_len)
+    ver_engine = SimEngine(ver, hw, clock, split.verifier_kv // (bs * ver.kv_bytes_per_token), bs,
+                           cfg.verifier.batch_size, sim.max_num_batched_tokens,
+                           cfg.verifier.engine.max_model_len, logits=False)
+    generator, verifier = SimGenerator(gen_engine, workload), SimVerifier(ver_engine, workload)
+    generator.memory = split
+    return generator, verifier
+
+
+def check_sim_config(cfg: RunConfig) -> None:
+    """Raise the error `build_sim(cfg)` would raise (unknown spec, models that do not fit, a
+    KV cache too small, an unreadable workload file), without running anything."""
+    build_sim(cfg)

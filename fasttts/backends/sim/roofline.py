@@ -1,0 +1,121 @@
+"""Roofline time of one engine step (FastTTS section 4.3.1): T = max(FLOPs / P, Bytes / BW).
+
+One engine step runs one forward pass over a batch: some sequences compute a prefill chunk
+(many new tokens), others decode one token. The step reads every weight once, reads each
+sequence's cached KV once, writes the KV of the new tokens, and does 2 FLOPs per weight per new
+token plus the attention FLOPs. The step takes the larger of its compute time and its memory
+time, plus the hardware's fixed per-step overhead:
+
+    FLOPs = 2 * P_layers * tokens + 4 * layers * heads * head_dim * attention_pairs
+            + 2 * vocab * hidden * logit_rows
+    Bytes = weight_bytes_read + kv_bytes_per_token * (kv_read_tokens + tokens)
+    Tc, Tm = FLOPs / (peak_flops * flops_eff), Bytes / (bandwidth * bw_eff)
+    T      = step_overhead + seq_overhead * seqs + max(Tc, Tm) + (1 - overlap) * min(Tc, Tm)
+
+where attention_pairs counts (query token, key token) pairs under the causal mask. GPU specs
+have overlap 1 and no per-sequence overhead: the pure roofline. Decode is memory-bound
+(T ~ weight bytes / BW at small batch); prefill turns compute-bound as tokens grow. The two
+extra terms exist for CPUs, where measured step times are closer to compute + memory and
+sampling costs time per sequence (fitted by `fasttts.backends.sim.calibration`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from fasttts.backends.sim.specs import HardwareSpec, ModelSpec
+
+__all__ = ["SeqWork", "StepShape", "step_flops_bytes", "step_time"]
+
+
+@dataclass(frozen=True)
+class SeqWork:
+    """What one sequence computes in one engine step.
+
+    Attributes:
+        new_tokens: tokens computed this step (1 for decode, the chunk length for prefill).
+        context: tokens already in the KV cache before this step (computed or prefix-cached).
+        logits: the step projects this sequence's last token to the vocabulary (generation);
+            False for verifier (PRM) passes, whose reward head is negligible.
+    """
+
+    new_tokens: int
+    context: int
+    logits: bool = True
+
+
+@dataclass
+class StepShape:
+    """The sums the roofline needs, over all sequences of one step.
+
+    Attributes:
+        tokens: new tokens computed (all sequences).
+        attention_pairs: causal (query, key) pairs: for a sequence with context c and k new
+            tokens, k * c + k * (k + 1) / 2.
+        kv_read_tokens: cached tokens read by attention (sum of contexts).
+        logit_rows: sequences whose last token is projected to the vocabulary.
+        seqs: sequences in the step.
+    """
+
+    tokens: int = 0
+    attention_pairs: int = 0
+    kv_read_tokens: int = 0
+    logit_rows: int = 0
+    seqs: int = 0
+
+    def add(self, work: SeqWork) -> None:
+        """Add one sequence's work."""
+        k, c = work.new_tokens, work.context
+        self.tokens += k
+        self.attention_pairs += k * c + k * (k + 1) // 2
+        self.kv_read_tokens += c
+        self.logit_rows += 1 if work.logits else 0
+        self.seqs += 1
+
+    @classmethod
+    def of(cls, works: Iterable[SeqWork]) -> StepShape:
+        """The shape of a step made of `works`."""
+        shape = cls()
+        for w in works:
+            shape.add(w)
+        return shape
+
+
+def step_flops_bytes(model: ModelSpec, shape: StepShape) -> tuple[float, float]:
+    """(FLOPs, bytes moved) of one forward pass of `model` over `shape` (module docstring).
+
+    Weights read: every layer, plus the vocabulary projection when any row needs logits
+    (the embedding table is only gathered, tokens x hidden, and is not counted).
+    """
+    if shape.tokens == 0:
+        return 0.0, 0.0
+    flops = 2.0 * model.num_layers * model.layer_params * shape.tokens
+    flops += 4.0 * model.num_layers * model.num_heads * model.head_dim * shape.attention_pairs
+    vocab_proj = model.vocab_size * model.hidden_size if model.lm_head else 0
+    flops += 2.0 * vocab_proj * shape.logit_rows
+    weight_params = model.num_layers * model.layer_params + (vocab_proj if shape.logit_rows else 0)
+    nbytes = weight_params * model.dtype_bytes
+    nbytes += model.kv_bytes_per_token * (shape.kv_read_tokens + shape.tokens)
+    return flops, float(nbytes)
+
+
+def step_time(model: ModelSpec, hw: HardwareSpec, shape: StepShape | Iterable[SeqWork]) -> float:
+    """Seconds one engine step of `model` on `hw` takes (module docstring; FastTTS 4.3.1).
+
+    Args:
+        model: the model's shape.
+        hw: the hardware spec (achievable FLOP/s and bytes/s, per-step overhead).
+        shape: a `StepShape`, or the `SeqWork` of each sequence in the step.
+
+    Returns:
+        Seconds; 0.0 for an empty step.
+    """
+    if not isinstance(shape, StepShape):
+        shape = StepShape.of(shape)
+    if shape.tokens == 0:
+        return 0.0
+    flops, nbytes = step_flops_bytes(model, shape)
+    tc, tm = flops / hw.flops, nbytes / hw.bandwidth
+    return (hw.step_overhead_s + hw.seq_overhead_s * shape.seqs + max(tc, tm)
+            + (1.0 - hw.overlap) * min(tc, tm))

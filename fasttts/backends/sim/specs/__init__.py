@@ -1,0 +1,172 @@
+"""Hardware and model specs of the simulator, loaded from the JSON data files beside this module.
+
+Every file names its source (vendor spec sheet, the model's `config.json`); the few numbers that
+are assumptions of the simulator (achievable fraction of peak, per-step overhead) say so. A user
+can point `--hardware` / `--generator` / `--verifier` at their own JSON file with the same fields.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = ["HardwareSpec", "ModelSpec", "SpecError", "hardware_names", "load_hardware",
+           "load_model", "model_names"]
+
+_DIR = Path(__file__).parent
+
+
+class SpecError(ValueError):
+    """An unknown spec name, or a spec file that is missing fields or unreadable."""
+
+
+class HardwareSpec(BaseModel):
+    """One accelerator (or CPU) as the roofline model sees it (FastTTS section 4.3.1).
+
+    Attributes:
+        name: short name (`rtx4090`).
+        peak_flops: peak dense 16-bit matrix throughput, FLOP/s.
+        memory_bandwidth: peak memory bandwidth, bytes/s.
+        memory_bytes: device memory, bytes.
+        flops_efficiency: achievable fraction of `peak_flops` in (0, 1].
+        bandwidth_efficiency: achievable fraction of `memory_bandwidth` in (0, 1].
+        step_overhead_s: fixed time per engine step (scheduling, kernel launches), seconds.
+        seq_overhead_s: time per sequence in a step (sampling, detokenizing, bookkeeping),
+            seconds; 0 on GPUs, where it hides behind the kernels; fitted on CPUs.
+        overlap: how far compute and memory time overlap, in [0, 1]: 1 is the pure roofline
+            max(compute, memory) (GPUs); 0 adds them (a CPU core that waits on memory).
+        source: where the numbers come from.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    description: str = ""
+    peak_flops: float = Field(gt=0)
+    memory_bandwidth: float = Field(gt=0)
+    memory_bytes: int = Field(gt=0)
+    flops_efficiency: float = Field(default=1.0, gt=0, le=1)
+    bandwidth_efficiency: float = Field(default=1.0, gt=0, le=1)
+    step_overhead_s: float = Field(default=0.0, ge=0)
+    seq_overhead_s: float = Field(default=0.0, ge=0)
+    overlap: float = Field(default=1.0, ge=0, le=1)
+    source: str
+
+    @property
+    def flops(self) -> float:
+        """Achievable FLOP/s (P of the roofline)."""
+        return self.peak_flops * self.flops_efficiency
+
+    @property
+    def bandwidth(self) -> float:
+        """Achievable bytes/s (BW of the roofline)."""
+        return self.memory_bandwidth * self.bandwidth_efficiency
+
+
+class ModelSpec(BaseModel):
+    """A decoder-only transformer's shape, enough for FLOPs, weight bytes and KV bytes.
+
+    Attributes:
+        name: short name (`qwen2.5-math-1.5b`).
+        hf_id: the Hugging Face model id the shape is taken from.
+        num_layers, hidden_size, num_heads, num_kv_heads, head_dim, intermediate_size,
+        vocab_size: from the model's config.json.
+        tie_word_embeddings: input embedding and LM head share weights.
+        attention_bias: q/k/v projections have biases (Qwen2).
+        lm_head: the model projects to the vocabulary (False for PRMs with a reward head).
+        dtype_bytes: bytes per weight and per KV element (2 for bf16/fp16).
+        published_params: the parameter count the model card states (a cross-check).
+        source: where the numbers come from.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    hf_id: str
+    num_layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+    tie_word_embeddings: bool
+    attention_bias: bool = False
+    lm_head: bool = True
+    dtype_bytes: int = Field(default=2, gt=0)
+    published_params: float = Field(gt=0)
+    source: str
+
+    @property
+    def layer_params(self) -> int:
+        """Parameters of one transformer layer (attention, SwiGLU MLP, two norms)."""
+        h, q, kv = self.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        attn = h * q + 2 * h * kv + q * h + ((q + 2 * kv) if self.attention_bias else 0)
+        return attn + 3 * h * self.intermediate_size + 2 * h
+
+    @property
+    def head_params(self) -> int:
+        """Parameters of the vocabulary projection that are not shared with the embedding."""
+        return self.vocab_size * self.hidden_size if self.lm_head and not self.tie_word_embeddings else 0
+
+    @property
+    def num_params(self) -> int:
+        """All parameters: embedding, layers, final norm, untied LM head."""
+        return (self.vocab_size * self.hidden_size + self.num_layers * self.layer_params
+                + self.hidden_size + self.head_params)
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of the weights in memory."""
+        return self.num_params * self.dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes one token occupies: 2 (K and V) x layers x KV heads x head_dim x dtype."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+
+
+def _load(kind: str, name_or_path: str, cls):
+    path = Path(name_or_path)
+    if not (path.suffix == ".json" and path.is_file()):
+        path = _DIR / kind / f"{name_or_path}.json"
+        if not path.is_file():
+            names = ", ".join(_names(kind))
+            raise SpecError(f"unknown {kind[:-1] if kind.endswith('s') else kind} spec "
+                            f"{name_or_path!r}; known: {names} (or a path to a .json spec file)")
+    try:
+        return cls.model_validate(json.loads(path.read_text()))
+    except (OSError, json.JSONDecodeError, ValidationError) as e:
+        raise SpecError(f"bad spec file {path}: {e}") from e
+
+
+def _names(kind: str) -> list[str]:
+    return sorted(p.stem for p in (_DIR / kind).glob("*.json"))
+
+
+def load_hardware(name_or_path: str) -> HardwareSpec:
+    """The hardware spec `name_or_path` (a name from `hardware_names()` or a .json file).
+
+    Raises:
+        SpecError: unknown name (lists the known ones) or a malformed file.
+    """
+    return _load("hardware", name_or_path, HardwareSpec)
+
+
+def load_model(name_or_path: str) -> ModelSpec:
+    """The model spec `name_or_path` (a name from `model_names()` or a .json file).
+
+    Raises:
+        SpecError: unknown name (lists the known ones) or a malformed file.
+    """
+    return _load("models", name_or_path, ModelSpec)
+
+
+def hardware_names() -> list[str]:
+    """Names of the bundled hardware specs."""
+    return _names("hardware")
+
+
+def model_names() -> list[str]:
+    """Names of the bundled model specs."""
+    return _names("models")

@@ -1,0 +1,259 @@
+"""What the simulated models write and how the simulated PRM scores it.
+
+Token streams (the generator):
+- Every path has a latent state, *on track* or *derailed*. Each new step of an on-track path
+  derails with probability `p_derail` of the problem (drawn per problem from a hash of its text,
+  uniform in [derail_min, derail_max]); a derailed path stays derailed.
+- A step is a state marker token (`✓` on track, `✗` derailed), filler tokens, and the step
+  delimiter `"\\n\\n"`. Its length in tokens is drawn from a heavy-tailed log-normal (FastTTS
+  Fig. 3 right) or from the step lengths of a recorded trace.
+- From step `min_steps` on, a step is the final one with probability `final_hazard`; it ends
+  with `\\boxed{answer}` and EOS: the problem's reference answer when on track, else one of a
+  few wrong answers of the problem.
+- Everything is a function of (problem, path tokens, seed) only, through hashes, so any
+  scheduling order, batch size or preemption yields the same text.
+
+Scores (the PRM): step k of a path gets sigmoid(+-margin + e_k), + when its marker says on
+track; the noise e_k follows an AR(1) along the path (e_k = rho e_{k-1} + sqrt(1 - rho^2) sigma
+z_k, z_k a hash of the path up to step k), so consecutive steps' scores are correlated (FastTTS
+section 4.1.1 relies on this) and deterministic per (path, step).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import statistics
+from collections.abc import Iterator
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fasttts.backends.sim import tokenizer as tok
+
+__all__ = ["DATASET_DIFFICULTY", "ON_TRACK", "DERAILED", "Workload", "WorkloadModel",
+           "problem_difficulty"]
+
+#: Range of the simulated difficulty of a dataset's problems (0 = easiest, 1 = hardest); a
+#: problem's place in the range is a hash of its text. MATH-500 uses its 1-5 level instead.
+#: Chosen so that baseline beam search accuracies fall in the ranges the FastTTS paper reports
+#: for 1.5B generators (AIME lowest, GSM8K highest); they are assumptions, not measurements.
+DATASET_DIFFICULTY = {"aime24": (0.7, 1.0), "amc23": (0.45, 0.8), "gsm8k": (0.0, 0.3)}
+
+ON_TRACK, DERAILED = "\u2713", "\u2717"  # ✓ ✗
+_ON_ID, _OFF_ID = tok.chunk_id(ON_TRACK.encode()), tok.chunk_id(DERAILED.encode())
+_DELIM = tok.encode("\n\n")
+_WORDS = [tok.chunk_id(w.encode()) for w in (
+    " the", " sum", " of", " we", " get", " x", " =", " 2", " +", " 3", " so", " let", " then",
+    " is", " by", " it", " n", " 7", " -", " 5", " and", " to", " (", ")", " if", " 1", " 0", " y",
+)]
+
+
+def _h(*parts: object) -> int:
+    """A stable 64-bit hash (Python's str hash is salted per process)."""
+    return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=8).digest(), "little")
+
+
+def problem_difficulty(dataset: str, problem: str, level: object = None) -> float:
+    """A problem's simulated difficulty in [0, 1] (`DATASET_DIFFICULTY`; MATH-500 by level:
+    level L maps to [0.175 (L - 1), 0.175 (L - 1) + 0.3]); unknown datasets span [0, 1]."""
+    u = (_h("difficulty", problem) % 10_000) / 10_000
+    name = str(dataset).lower()
+    if name == "math500" and str(level).isdigit():
+        lo = 0.175 * (min(max(int(level), 1), 5) - 1)
+        return min(1.0, lo + 0.3 * u)
+    lo, hi = DATASET_DIFFICULTY.get(name, (0.0, 1.0))
+    return lo + (hi - lo) * u
+
+
+class WorkloadModel(BaseModel):
+    """Parameters of the simulated generator and PRM (module docstring).
+
+    Attributes:
+        step_len_median: median step length (tokens) of the log-normal.
+        step_len_sigma: log-normal sigma (heavier tail when larger).
+        step_len_min, step_len_max: clip of a step's length (tokens).
+        step_lengths: empirical step lengths (tokens) from a trace; used instead of the
+            log-normal when set.
+        min_steps: the first step that may be final.
+        final_hazard: probability that a step from `min_steps` on is the final one.
+        derail_min, derail_max: per-step derail probability of the easiest (difficulty 0)
+            and the hardest (difficulty 1) problem.
+        score_margin: PRM logit offset of on-track (+) / derailed (-) steps.
+        score_noise: standard deviation of the PRM logit noise.
+        score_corr: correlation of the noise between consecutive steps (AR(1) rho).
+        num_wrong_answers: distinct wrong answers a problem's derailed paths give.
+        source: "parametric" or the trace the numbers were fitted from.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    step_len_median: float = Field(default=48.0, gt=0)
+    step_len_sigma: float = Field(default=0.9, ge=0)
+    step_len_min: int = Field(default=8, ge=3)
+    step_len_max: int = Field(default=1024, ge=3)
+    step_lengths: tuple[int, ...] | None = None
+    min_steps: int = Field(default=2, ge=1)
+    final_hazard: float = Field(default=0.12, gt=0, le=1)
+    derail_min: float = Field(default=0.01, ge=0, le=1)
+    derail_max: float = Field(default=0.6, ge=0, le=1)
+    score_margin: float = Field(default=0.5, ge=0)
+    score_noise: float = Field(default=1.2, ge=0)
+    score_corr: float = Field(default=0.7, ge=0, lt=1)
+    num_wrong_answers: int = Field(default=6, ge=1)
+    source: str = "parametric"
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> WorkloadModel:
+        """A model from a JSON file of these fields, or fitted from a `trace.jsonl` (see
+        `from_trace`).
+
+        Raises:
+            ValueError: unreadable file, unknown fields, or an empty trace.
+        """
+        path = Path(path)
+        try:
+            if path.suffix == ".jsonl":
+                return cls.from_trace(path)
+            return cls.model_validate(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValueError(f"cannot read workload file {path}: {e}") from e
+
+    @classmethod
+    def from_trace(cls, path: str | Path) -> WorkloadModel:
+        """Fit the model to a trace written by `fasttts eval` (`trace.jsonl`: one line per
+        problem with, per completed path, `step_tokens`, `step_scores` and `correct`).
+
+        Fitted: the empirical step lengths; `final_hazard` = 1 / mean steps per path
+        (min_steps 1); a per-step derail probability p with (1 - p)^steps = fraction of correct
+        paths, spread over [p/2, 3p/2]; the PRM margin and noise from the logits of the last
+        step score of correct vs incorrect paths.
+
+        Raises:
+            ValueError: no paths with step lengths in the trace.
+        """
+        lengths: list[int] = []
+        steps_per_path: list[int] = []
+        logits = {True: [], False: []}
+        for line in Path(path).read_text().splitlines():
+            if not line.strip():
+                continue
+            for p in json.loads(line).get("paths", []):
+                st = [int(x) for x in p.get("step_tokens", []) if x > 0]
+                if not st:
+                    continue
+                lengths += st
+                steps_per_path.append(len(st))
+                if p.get("step_scores") and p.get("correct") is not None:
+                    s = min(max(p["step_scores"][-1], 1e-4), 1 - 1e-4)
+                    logits[bool(p["correct"])].append(math.log(s / (1 - s)))
+        if not lengths:
+            raise ValueError(f"trace {path} has no paths with step_tokens")
+        mean_steps = statistics.fmean(steps_per_path)
+        n_right, n_all = len(logits[True]), len(logits[True]) + len(logits[False])
+        frac = min(max(n_right / n_all, 0.01), 0.99) if n_all else 0.5
+        p = 1 - frac ** (1 / mean_steps)
+        fields: dict = dict(step_lengths=tuple(sorted(lengths)), min_steps=1,
+                            final_hazard=min(1.0, 1 / mean_steps), derail_min=p / 2,
+                            derail_max=min(1.0, 1.5 * p), source=f"trace:{Path(path).name}")
+        if logits[True] and logits[False]:
+            fields["score_margin"] = max(0.0, (statistics.fmean(logits[True])
+                                               - statistics.fmean(logits[False])) / 2)
+            pooled = logits[True] + logits[False]
+            if len(pooled) > 2:
+                fields["score_noise"] = statistics.pstdev(pooled)
+        return cls(**fields)
+
+
+class Workload:
+    """The simulated generator's token streams and the simulated PRM's scores.
+
+    Args:
+        model: the workload parameters.
+        answers: reference answer per problem text (from the dataset); problems without one
+            get a synthetic answer.
+    """
+
+    def __init__(self, model: WorkloadModel | None = None, answers: dict[str, str] | None = None):
+        self.model = model or WorkloadModel()
+        self.answers = dict(answers or {})
+        self.difficulty: dict[str, float] = {}
+
+    def register(self, problem: str, answer: str, difficulty: float | None = None) -> None:
+        """Set the reference answer that on-track paths of `problem` reach, and optionally its
+        difficulty in [0, 1] (default: `problem_difficulty` of an unknown dataset)."""
+        self.answers[problem] = answer
+        if difficulty is not None:
+            self.difficulty[problem] = min(max(difficulty, 0.0), 1.0)
+
+    def derail_probability(self, problem: str) -> float:
+        """The problem's per-step derail probability, from its difficulty."""
+        m = self.model
+        d = self.difficulty.get(problem)
+        if d is None:
+            d = problem_difficulty("", problem)
+        return m.derail_min + (m.derail_max - m.derail_min) * d
+
+    def answer(self, problem: str, on_track: bool, draw: int) -> str:
+        """The final answer of a path: the reference when on track, else a wrong one."""
+        right = self.answers.get(problem)
+        if right is None:
+            right = str(_h("answer", problem) % 1000)
+        if on_track:
+            return right
+        k = draw % self.model.num_wrong_answers
+        wrong = str(_h("wrong", problem, k) % 100_000)
+        return wrong if wrong != right else wrong + "1"
+
+    def _step_length(self, rng: random.Random) -> int:
+        m = self.model
+        if m.step_lengths:
+            return m.step_lengths[rng.randrange(len(m.step_lengths))]
+        x = rng.lognormvariate(math.log(m.step_len_median), m.step_len_sigma)
+        return int(min(max(round(x), m.step_len_min), m.step_len_max))
+
+    def stream(self, token_ids: list[int], seed: int) -> Iterator[int]:
+        """The tokens the generator writes after `token_ids` (prompt + path), forever-lazy,
+        ending with EOS after a final step.
+
+        Raises:
+            ValueError: `token_ids` is not a prompt from the simulator's chat template.
+        """
+        problem, start = tok.split_prompt(token_ids)
+        path = token_ids[start:]
+        on_track = _OFF_ID not in path
+        num_steps = path.count(_ON_ID) + path.count(_OFF_ID)
+        ids = list(token_ids)
+        p_derail = self.derail_probability(problem)
+        m = self.model
+        for j in range(1 << 30):
+            rng = random.Random(_h("step", seed, hash(tuple(ids)), j))
+            if on_track and rng.random() < p_derail:
+                on_track = False
+            num_steps += 1
+            final = num_steps >= m.min_steps and rng.random() < m.final_hazard
+            length = self._step_length(rng)
+            step = [_ON_ID if on_track else _OFF_ID]
+            tail = (tok.encode(f" so the answer is \\boxed{{{self.answer(problem, on_track, rng.getrandbits(16))}}}.")
+                    + [tok.EOS]) if final else _DELIM
+            step += [_WORDS[rng.randrange(len(_WORDS))] for _ in range(max(0, length - 1 - len(tail)))]
+            step += tail
+            for t in step:
+                yield t
+            if final:
+                return
+            ids += step
+
+    def score_steps(self, problem: str, steps: tuple[str, ...]) -> list[float]:
+        """PRM score in (0, 1) of every step of a path (module docstring)."""
+        m = self.model
+        out, e, h = [], 0.0, _h("path", problem)
+        for k, step in enumerate(steps):
+            h = _h(h, step)
+            z = random.Random(h).gauss(0.0, 1.0)
+            e = z * m.score_noise if k == 0 else (
+                m.score_corr * e + math.sqrt(1 - m.score_corr ** 2) * m.score_noise * z)
+            sign = 1.0 if step.lstrip().startswith(ON_TRACK) else -1.0
+            out.append(1.0 / (1.0 + math.exp(-(sign * m.score_margin + e))))
+        return out

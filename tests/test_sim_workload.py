@@ -1,0 +1,123 @@
+"""The simulator's token streams, PRM scores, trace fitting and CPU calibration fit."""
+
+import json
+import statistics
+
+import pytest
+
+from fasttts.backends.sim import tokenizer as tok
+from fasttts.backends.sim.calibration import MeasuredStep, error_table, fit_hardware
+from fasttts.backends.sim.roofline import step_time
+from fasttts.backends.sim.specs import HardwareSpec, load_model
+from fasttts.backends.sim.workload import (ON_TRACK, Workload, WorkloadModel,
+                                           problem_difficulty)
+from fasttts.steps import build_messages, split_steps
+
+PROBLEM = "Find x if 2x + 3 = 11."
+
+
+def _path(workload, seed):
+    prompt = tok.encode_chat(build_messages(PROBLEM))
+    return tok.decode(list(workload.stream(prompt, seed)))
+
+
+def test_tokenizer_round_trips_and_splits_prompts():
+    text = "Let $x = \\frac{1}{2}$: ∑ done.\n\n"
+    assert tok.decode(tok.encode(text)) == text
+    assert len(tok.encode(text)) == -(-len(text.encode()) // 4)
+    ids = tok.encode_chat(build_messages(PROBLEM)) + tok.encode("step one")
+    problem, start = tok.split_prompt(ids)
+    assert problem == PROBLEM and tok.decode(ids[start:]) == "step one"
+    with pytest.raises(ValueError, match="assistant marker"):
+        tok.split_prompt(tok.encode("no template"))
+
+
+def test_paths_are_deterministic_and_end_with_the_reference_when_on_track():
+    w = Workload(answers={PROBLEM: "4"})
+    w.register(PROBLEM, "4", difficulty=0.0)
+    texts = [_path(w, s) for s in range(40)]
+    assert [_path(w, s) for s in range(40)] == texts
+    for t in texts:
+        steps = split_steps(t)
+        assert "\\boxed{" in steps[-1]
+        on_track = all(s.startswith(ON_TRACK) for s in steps)
+        assert ("\\boxed{4}" in steps[-1]) == on_track
+    assert len(set(texts)) == 40
+
+
+def test_harder_problems_derail_more():
+    w = Workload()
+    w.register("easy", "1", difficulty=0.0)
+    w.register("hard", "1", difficulty=1.0)
+    m = w.model
+    assert w.derail_probability("easy") == m.derail_min
+    assert w.derail_probability("hard") == m.derail_max
+    assert problem_difficulty("aime24", "p") >= 0.7
+    assert problem_difficulty("gsm8k", "p") <= 0.3
+    assert problem_difficulty("math500", "p", level=5) >= 0.7
+
+
+def test_scores_are_deterministic_correlated_and_track_the_latent_state():
+    w = Workload()
+    on, off, pairs = [], [], []
+    for seed in range(300):
+        steps = tuple(split_steps(_path(w, seed)))
+        scores = w.score_steps(PROBLEM, steps)
+        assert scores == w.score_steps(PROBLEM, steps)
+        assert scores[:2] == w.score_steps(PROBLEM, steps[:2])  # a step's score is its prefix's
+        for step, s in zip(steps, scores):
+            (on if step.startswith(ON_TRACK) else off).append(s)
+        pairs += list(zip(scores, scores[1:]))
+    assert statistics.fmean(on) > statistics.fmean(off) + 0.1
+    xs, ys = zip(*pairs)
+    assert statistics.correlation(xs, ys) > 0.4
+    assert all(0 < s < 1 for s in on + off)
+
+
+def test_step_lengths_are_heavy_tailed():
+    w = Workload()
+    lengths = []
+    for seed in range(200):
+        text = _path(w, seed)
+        ids = list(w.stream(tok.encode_chat(build_messages(PROBLEM)), seed))
+        assert tok.decode(ids) == text
+        lengths += [len(tok.encode(s)) for s in split_steps(text)]
+    med, p99 = statistics.median(lengths), statistics.quantiles(lengths, n=100)[98]
+    assert 30 < med < 70 and p99 > 4 * med
+
+
+def test_workload_fitted_from_a_trace(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    lines = [{"id": "a", "paths": [
+        {"step_tokens": [10, 20, 30], "step_scores": [0.5, 0.6, 0.9], "correct": True},
+        {"step_tokens": [40, 50], "step_scores": [0.5, 0.2], "correct": False}]},
+        {"id": "b", "paths": [{"step_tokens": [60], "step_scores": [0.8], "correct": True},
+                              {"step_tokens": [], "step_scores": [], "correct": None}]}]
+    trace.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    m = WorkloadModel.from_file(trace)
+    assert m.step_lengths == (10, 20, 30, 40, 50, 60)
+    assert m.final_hazard == pytest.approx(1 / 2)  # 3 paths, 6 steps
+    assert m.source == "trace:trace.jsonl"
+    assert m.score_margin > 0
+    w = Workload(m)
+    text = _path(w, 1)
+    assert all(len(tok.encode(s)) <= 60 + 12 for s in split_steps(text))
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="no paths"):
+        WorkloadModel.from_file(empty)
+
+
+def test_calibration_fit_recovers_a_known_spec():
+    model = load_model("qwen2.5-coder-0.5b-instruct")
+    true = HardwareSpec(name="t", peak_flops=4e11, memory_bandwidth=3e10, memory_bytes=1 << 34,
+                        step_overhead_s=0.004, seq_overhead_s=5e-4, overlap=0.2, source="test")
+    grid = [("decode", b, c, 1) for b in (1, 4, 16, 64) for c in (64, 256, 1024, 2048)]
+    grid += [("prefill", b, 0, n) for b, n in ((1, 64), (1, 256), (1, 1024), (4, 256), (16, 256))]
+    steps = [MeasuredStep(k, b, c, n, step_time(model, true, MeasuredStep(k, b, c, n, 1).shape()))
+             for k, b, c, n in grid]
+    fitted = fit_hardware(model, steps, "fit", 1 << 34, "test")
+    _, med, mx = error_table(model, fitted, steps)
+    assert med < 0.01 and mx < 0.03
+    with pytest.raises(ValueError, match="at least 5"):
+        fit_hardware(model, steps[:3], "fit", 1, "x")
