@@ -51,7 +51,8 @@ class FastTTS:
             self.close()
             raise
         self.runner = SearchRunner(
-            self.generator, self.verifier, config.search, config.verifier.agg_strategy
+            self.generator, self.verifier, config.search, config.verifier.agg_strategy,
+            config.runtime,
         )
 
     def solve(self, problem: str, problem_id: str = "problem") -> SearchResult:

@@ -4,11 +4,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Beam", "FINISH_REASONS"]
+__all__ = ["Beam", "FINISH_REASONS", "HeadStart"]
 
 #: Why a beam finished: end-of-sequence token, a final boxed answer, token/context budget hit,
 #: or an empty step (the model had nothing more to say).
 FINISH_REASONS = ("eos", "answer", "length", "empty")
+
+
+@dataclass
+class HeadStart:
+    """Tokens of a beam's next step generated ahead of time by speculative beam extension.
+
+    Attributes:
+        token_ids: the speculative tokens (tokens).
+        text: their text.
+        finish_reason: "stop" when they hold the whole step (delimiter included), "eos" /
+            "length" when the path ended in them, None when the step is unfinished.
+        step_scores: PRM scores of the step, when LookAhead Verification scored it already.
+        truncated: a truncated copy of another branch's speculation (R ratio), not this
+            beam's own random stream.
+    """
+
+    token_ids: list[int]
+    text: str
+    finish_reason: str | None = None
+    step_scores: list[float] = field(default_factory=list)
+    truncated: bool = False
 
 
 @dataclass
@@ -27,6 +48,11 @@ class Beam:
         finished: True once the beam completed.
         finish_reason: one of FINISH_REASONS when finished.
         subtree: index of the subtree the beam belongs to (DVTS), 0 otherwise.
+        branch: this beam's index among its parent's children (0, 1, ...); with parent_id it
+            fixes the beam's random stream (`fasttts.runtime.generation.beam_seed`).
+        num_children: children made from this beam so far.
+        head_start: tokens of this beam's next step already generated speculatively (SBE),
+            consumed by the next generation phase; None without one.
         iterations: generate -> verify rounds the path took part in.
         start_time: when the problem's search started (seconds, backend clock).
         finish_time: when the beam completed (after its last verification), seconds.
@@ -45,6 +71,9 @@ class Beam:
     finished: bool = False
     finish_reason: str | None = None
     subtree: int = 0
+    branch: int = 0
+    num_children: int = 0
+    head_start: HeadStart | None = None
     iterations: int = 0
     start_time: float = 0.0
     finish_time: float | None = None
@@ -52,10 +81,13 @@ class Beam:
     verifier_time: float = 0.0
 
     def child(self, beam_id: int) -> Beam:
-        """An unfinished copy of this beam with a new id and this beam as parent."""
+        """An unfinished copy of this beam with a new id, this beam as parent, and the next
+        branch index of this beam."""
+        self.num_children += 1
         return Beam(
             beam_id=beam_id,
             parent_id=self.beam_id,
+            branch=self.num_children - 1,
             token_ids=list(self.token_ids),
             text=self.text,
             steps=list(self.steps),

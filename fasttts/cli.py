@@ -85,6 +85,18 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     d.add_argument("--sim-workload", default=None, metavar="FILE",
                    help="workload model .json, or a trace.jsonl from a real `fasttts eval` run "
                         "(default: the parametric model)")
+    f = p.add_argument_group("FastTTS techniques (default: all off, the search-and-learn baseline)")
+    f.add_argument("--fasttts", action="store_true",
+                   help="turn on every FastTTS technique that exists")
+    f.add_argument("--baseline", action="store_true",
+                   help="turn every FastTTS technique off (the default)")
+    f.add_argument("--spec-beam-extension", action="store_true",
+                   help="Speculative Beam Extension with two-phase preemptible scheduling")
+    f.add_argument("--lookahead-verification", action="store_true",
+                   help="LookAhead Verification (needs --spec-beam-extension)")
+    f.add_argument("--spec-truncation-ratio", type=float, default=0.85, metavar="R",
+                   help="mean kept fraction of a kept beam's speculative tokens that its "
+                        "duplicates inherit (default: %(default)s; 0 = exact equivalence)")
     s = p.add_argument_group("search")
     s.add_argument("--method", default="beam_search",
                    help=f"search method: {', '.join(sorted(METHODS))} (default: %(default)s)")
@@ -104,8 +116,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 def _run_config(args: argparse.Namespace):
     from fasttts.config import (DEFAULT_GENERATOR, DEFAULT_VERIFIER, GiB, SIM_GENERATOR,
-                                SIM_VERIFIER, EngineConfig, RunConfig, SearchConfig, SimConfig,
-                                VerifierConfig)
+                                SIM_VERIFIER, EngineConfig, RunConfig, RuntimeConfig, SearchConfig,
+                                SimConfig, VerifierConfig)
 
     sim = args.backend == "sim"
     generator = args.generator or (SIM_GENERATOR if sim else DEFAULT_GENERATOR)
@@ -125,9 +137,19 @@ def _run_config(args: argparse.Namespace):
             verifier_kv_cache_bytes=args.verifier_kv_cache,
             block_size=args.block_size or 16, max_num_seqs=args.max_num_seqs,
             max_num_batched_tokens=args.max_num_batched_tokens, workload=args.sim_workload)
+    if args.fasttts and args.baseline:
+        raise ValueError("--fasttts and --baseline contradict each other; give one")
+    on = args.fasttts
+    if args.baseline and (args.spec_beam_extension or args.lookahead_verification):
+        raise ValueError("--baseline turns every technique off; drop it or the technique flags")
+    runtime = RuntimeConfig(
+        spec_beam_extension=on or args.spec_beam_extension,
+        lookahead_verification=on or args.lookahead_verification,
+        spec_truncation_ratio=args.spec_truncation_ratio)
     return RunConfig(
         backend=args.backend,
         sim=sim_cfg,
+        runtime=runtime,
         generator=engine(generator, args.generator_kv_cache),
         verifier=VerifierConfig(kind=args.verifier_kind,
                                 engine=engine(verifier, args.verifier_kv_cache),
@@ -261,6 +283,8 @@ def _print_summary(summary: dict, args: argparse.Namespace) -> None:
     t.add_row("  verifier time (s)", f"{summary['verifier_time_s']:.1f}")
     t.add_row("tokens generated per problem", f"{summary['tokens_generated']:.0f}")
     t.add_row("completions per problem", f"{summary['num_completions']:.1f}")
+    if summary.get("batch_occupancy") is not None:
+        t.add_row("generation batch occupancy", f"{summary['batch_occupancy']:.2f}")
     if summary.get("prefix_cache_hit_rate") is not None:
         t.add_row("generator prefix-cache hit rate", f"{summary['prefix_cache_hit_rate']:.2f}")
     Console().print(t)
@@ -323,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except ValidationError as e:
         msgs = "; ".join(
-            f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()
+            (f"{'.'.join(str(x) for x in err['loc'])}: " if err["loc"] else "")
+            + err["msg"].removeprefix("Value error, ") for err in e.errors()
         )
         print(f"error: invalid configuration: {msgs}", file=sys.stderr)
         return 2

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["AggStrategy", "EngineConfig", "RunConfig", "SearchConfig", "SimConfig", "VerifierConfig",
+__all__ = ["AggStrategy", "EngineConfig", "RunConfig", "RuntimeConfig", "SearchConfig", "SimConfig",
+           "VerifierConfig",
            "DEFAULT_GENERATOR", "DEFAULT_VERIFIER", "SIM_GENERATOR", "SIM_VERIFIER"]
 
 AggStrategy = Literal["last", "min", "prod", "mean"]
@@ -149,6 +150,36 @@ class SimConfig(_Strict):
     workload: str | None = None
 
 
+class RuntimeConfig(_Strict):
+    """Which FastTTS runtime techniques are on (one flag each; all off = the baseline).
+
+    Attributes:
+        spec_beam_extension: Speculative Beam Extension with the two-phase preemptible
+            scheduler (FastTTS section 4.1, `fasttts.runtime.spec_beam_extension`).
+        lookahead_verification: LookAhead Verification (section 4.1.3); needs
+            spec_beam_extension.
+        spec_truncation_ratio: R, mean kept fraction of the speculative tokens a duplicate
+            of a kept beam inherits (the paper's best: 0.85; 0 = duplicates inherit nothing,
+            exactly equivalent search).
+    """
+
+    spec_beam_extension: bool = False
+    lookahead_verification: bool = False
+    spec_truncation_ratio: float = Field(default=0.85, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _lookahead_needs_sbe(self) -> RuntimeConfig:
+        if self.lookahead_verification and not self.spec_beam_extension:
+            raise ValueError("lookahead_verification needs spec_beam_extension (it verifies the "
+                             "speculative steps); turn both on, e.g. with --fasttts")
+        return self
+
+    @classmethod
+    def fasttts(cls, **overrides) -> RuntimeConfig:
+        """Every FastTTS technique that exists turned on."""
+        return cls(**{"spec_beam_extension": True, "lookahead_verification": True, **overrides})
+
+
 class RunConfig(_Strict):
     """A whole run: generator engine, verifier, search, and which backend runs them.
 
@@ -158,6 +189,7 @@ class RunConfig(_Strict):
         verifier: the verifier (PRM) and its engine.
         search: the search method and parameters.
         sim: the simulated device (used when backend == "sim").
+        runtime: the FastTTS runtime techniques (all off: the search-and-learn baseline).
     """
 
     backend: Literal["vllm", "sim"] = "vllm"
@@ -165,3 +197,4 @@ class RunConfig(_Strict):
     verifier: VerifierConfig = Field(default_factory=VerifierConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
     sim: SimConfig = Field(default_factory=SimConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)

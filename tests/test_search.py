@@ -174,5 +174,5 @@ def test_generation_error_aborts_every_sequence_it_added():
 
 def test_beam_seed_is_stable_and_distinct():
     assert beam_seed(0, "p", 1, 2) == beam_seed(0, "p", 1, 2)
-    seeds = {beam_seed(0, "p", it, b) for it in range(5) for b in range(20)}
+    seeds = {beam_seed(0, "p", parent, b) for parent in range(5) for b in range(20)}
     assert len(seeds) == 100 and all(0 <= s < 2**31 for s in seeds)

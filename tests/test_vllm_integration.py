@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from fasttts.backends.base import GenerationParams
-from fasttts.config import DEFAULT_GENERATOR, DEFAULT_VERIFIER, EngineConfig, SearchConfig
+from fasttts.config import (DEFAULT_GENERATOR, DEFAULT_VERIFIER, EngineConfig, RuntimeConfig,
+                            SearchConfig)
 from fasttts.eval.datasets import load_dataset
 from fasttts.eval.metrics import problem_record
 from fasttts.runtime.loop import SearchRunner
@@ -111,6 +112,18 @@ def test_beam_search_end_to_end_frees_blocks(generator, judge):
     assert result.generator_time > 0 and result.verifier_time > 0
     rec = problem_record(result, PROBLEM.answer, PROBLEM.problem)
     assert rec["precise_goodput_tok_s"] > 0
+    assert generator.num_unfinished() == 0 and generator.cache_stats().num_blocks_used == 0
+
+
+def test_speculative_beam_extension_and_lookahead_on_vllm(generator, judge):
+    """SBE + LookAhead on the real engine: speculative branches run at low priority in free
+    slots, are aborted when the last beam ends its step, and no KV block is left held."""
+    cfg = SearchConfig(method="beam_search", n=4, beam_width=2, num_iterations=3, max_tokens=96)
+    runner = SearchRunner(generator, judge, cfg, "last", RuntimeConfig.fasttts())
+    result = runner.run(PROBLEM.problem, "sbe")
+    assert result.spec["branches"] > 0 and result.spec["spec_tokens"] > 0
+    assert 1 <= len(result.completions) <= 4
+    assert all(len(b.step_scores) == len(b.steps) for b in result.completions)
     assert generator.num_unfinished() == 0 and generator.cache_stats().num_blocks_used == 0
 
 

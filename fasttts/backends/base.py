@@ -113,10 +113,12 @@ class GeneratorBackend(ABC):
         eos_token_ids: token ids that end a sequence.
         clock_kind: "wall" (real seconds) or "simulated" (virtual seconds of a simulated
             device); results carry it so simulated numbers are never mistaken for measured.
+        max_num_seqs: most sequences the engine runs in one step (its batch slots).
     """
 
     max_model_len: int
     clock_kind: str = "wall"
+    max_num_seqs: int = 256
 
     @abstractmethod
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
@@ -147,6 +149,10 @@ class GeneratorBackend(ABC):
     @abstractmethod
     def num_unfinished(self) -> int:
         """Sequences added and not yet finished or aborted."""
+
+    def num_waiting(self) -> int:
+        """Sequences queued and not yet running (0 for engines that do not say)."""
+        return 0
 
     @abstractmethod
     def cache_stats(self) -> CacheStats:

@@ -13,8 +13,8 @@ from typing import Any
 from fasttts.config import EngineConfig
 from fasttts.models import ModelLoadError, resolve_model
 
-__all__ = ["build_engine", "configure_vllm_env", "engine_block_pool", "engine_counters", "run_batch",
-           "shutdown_engine"]
+__all__ = ["build_engine", "configure_vllm_env", "engine_block_pool", "engine_counters",
+           "engine_scheduler", "run_batch", "shutdown_engine"]
 
 
 def configure_vllm_env(num_threads: int) -> None:
@@ -82,11 +82,15 @@ def build_engine(cfg: EngineConfig, **overrides: Any):
         ) from e
 
 
+def engine_scheduler(engine) -> Any | None:
+    """The scheduler of an in-process engine, or None when the core runs elsewhere."""
+    core = getattr(getattr(engine, "engine_core", None), "engine_core", None)
+    return getattr(core, "scheduler", None)
+
+
 def engine_block_pool(engine) -> Any | None:
     """The KV block pool of an in-process engine, or None when the core runs elsewhere."""
-    core = getattr(getattr(engine, "engine_core", None), "engine_core", None)
-    scheduler = getattr(core, "scheduler", None)
-    manager = getattr(scheduler, "kv_cache_manager", None)
+    manager = getattr(engine_scheduler(engine), "kv_cache_manager", None)
     return getattr(manager, "block_pool", None)
 
 

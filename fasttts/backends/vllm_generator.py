@@ -11,7 +11,7 @@ import time
 
 from fasttts.backends.base import CacheStats, GenerationParams, GeneratorBackend, SequenceUpdate
 from fasttts.backends.vllm_engine import (build_engine, engine_block_pool, engine_counters,
-                                           shutdown_engine)
+                                          engine_scheduler, shutdown_engine)
 from fasttts.config import EngineConfig
 
 __all__ = ["VLLMGenerator"]
@@ -32,6 +32,7 @@ class VLLMGenerator(GeneratorBackend):
         self.engine = build_engine(cfg)
         self.tokenizer = self.engine.get_tokenizer()
         self.max_model_len = self.engine.model_config.max_model_len
+        self.max_num_seqs = self.engine.vllm_config.scheduler_config.max_num_seqs
         self._live: set[str] = set()
 
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
@@ -107,6 +108,10 @@ class VLLMGenerator(GeneratorBackend):
 
     def num_unfinished(self) -> int:
         return len(self._live)
+
+    def num_waiting(self) -> int:
+        scheduler = engine_scheduler(self.engine)
+        return len(scheduler.waiting) if scheduler is not None else 0
 
     def cache_stats(self) -> CacheStats:
         pool = engine_block_pool(self.engine)

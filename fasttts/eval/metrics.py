@@ -109,6 +109,8 @@ def problem_record(result: SearchResult, gold: str | None, problem: str = "") ->
         "prefix_cache_hit_rate": cache.prefix_cache_hit_rate if cache else None,
         "num_preemptions": cache.num_preemptions if cache else None,
         "num_recomputed_tokens": cache.num_recomputed_tokens if cache else None,
+        "batch_occupancy": result.mean_occupancy,
+        "spec": result.spec or None,
         "completions": [
             {
                 "beam_id": b.beam_id,
@@ -167,6 +169,7 @@ def summarize(records: Sequence[dict]) -> dict:
         "prefix_cache_hit_rate": _mean_of(records, "prefix_cache_hit_rate"),
         "num_preemptions": _mean_of(records, "num_preemptions"),
         "num_recomputed_tokens": _mean_of(records, "num_recomputed_tokens"),
+        "batch_occupancy": _mean_of(records, "batch_occupancy"),
     }
 
 

@@ -13,16 +13,19 @@ from dataclasses import dataclass, field
 
 from fasttts.backends.base import GenerationParams, GeneratorBackend
 from fasttts.beam import Beam
+from fasttts.runtime.spec_beam_extension import SpeculativeBeamExtension
 from fasttts.steps import has_final_answer, split_steps
 
 __all__ = ["GenerationTrace", "StepRequest", "beam_seed", "extend_beams"]
 
 
-def beam_seed(base_seed: int, problem_key: str, iteration: int, beam_id: int) -> int:
-    """Per-sequence seed from (base seed, problem, iteration, beam): the same search decisions
-    draw the same random stream whatever order or batch the engine runs them in.
-    Returns an int in [0, 2**31)."""
-    key = f"{base_seed}|{problem_key}|{iteration}|{beam_id}".encode()
+def beam_seed(base_seed: int, problem_key: str, parent_id: int | None, branch: int) -> int:
+    """Per-sequence seed of the `branch`-th child of beam `parent_id` in a problem's search.
+
+    The same search decisions draw the same random stream whatever order or batch the engine
+    runs them in; and a speculative branch of a beam (SBE) draws exactly the stream its
+    future child of the same branch index will draw. Returns an int in [0, 2**31)."""
+    key = f"{base_seed}|{problem_key}|{parent_id}|{branch}".encode()
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") % (1 << 31)
 
 
@@ -51,19 +54,40 @@ class StepRequest:
 
 @dataclass
 class GenerationTrace:
-    """Per engine step of the generation phase: (time in s, running sequences)."""
+    """Per generator engine step: (time s, standard sequences running, speculative sequences
+    running, batch slots of the phase), and the tokens generated (speculative ones included).
 
-    samples: list[tuple[float, int]] = field(default_factory=list)
+    Batch occupancy (FastTTS Fig. 17 left) is (standard + speculative) / slots per step."""
+
+    samples: list[tuple[float, int, int, int]] = field(default_factory=list)
     tokens: int = 0
 
-    def record(self, t: float, running: int) -> None:
-        self.samples.append((t, running))
+    def record(self, t: float, standard: int, speculative: int, slots: int) -> None:
+        self.samples.append((t, standard, speculative, slots))
+
+    def mean_occupancy(self) -> float | None:
+        """Mean over engine steps of running sequences / batch slots; None without steps."""
+        fracs = [min(1.0, (a + b) / s) for _, a, b, s in self.samples if s]
+        return sum(fracs) / len(fracs) if fracs else None
 
 
 def extend_beams(
-    generator: GeneratorBackend, beams: list[Beam], req: StepRequest, trace: GenerationTrace
+    generator: GeneratorBackend,
+    beams: list[Beam],
+    req: StepRequest,
+    trace: GenerationTrace,
+    speculator: SpeculativeBeamExtension | None = None,
 ) -> None:
     """Generate the next step of every beam in place (text, tokens, steps, finish state).
+
+    Phase 1 (continuous beam batching, FastTTS section 4.1.2): every beam gets one sequence,
+    all submitted at once, and the engine is stepped until each has finished its step. With a
+    `speculator`, phase 2 fills free batch slots with speculative branches of beams that are
+    done, and stops them when the last beam finishes (`fasttts.runtime.spec_beam_extension`).
+
+    A beam with a head start (speculative tokens adopted after the last selection) starts from
+    them; when they hold its whole step, it needs no sequence at all (in the last iteration,
+    which generates to the end, it continues after them).
 
     A beam finishes when the engine emits end-of-sequence ("eos"), the path reaches its token
     budget or the context limit ("length"), the new text holds a complete `\\boxed{}` answer
@@ -74,35 +98,63 @@ def extend_beams(
         generator: the engine.
         beams: unfinished beams; each gets one sequence.
         req: sampling and stopping parameters of this iteration.
-        trace: receives (time, running sequences) per engine step and the token count.
+        trace: receives per-step occupancy samples and the token count.
+        speculator: speculative beam extension, or None (baseline).
     """
     by_seq: dict[str, Beam] = {}
+    new_text: dict[str, str] = {}
+    pieces: dict[str, list[tuple[int, int]]] = {}
+    head_scores: dict[str, list[float]] = {}
     room = generator.max_model_len - len(req.prompt_ids)
+
+    def params(beam: Beam, parent_id: int | None, branch: int, stop) -> GenerationParams | None:
+        budget = min(req.max_tokens, room) - beam.num_tokens
+        if budget <= 0:
+            return None
+        return GenerationParams(max_tokens=budget, temperature=req.temperature, top_p=req.top_p,
+                                seed=beam_seed(req.seed, req.problem_key, parent_id, branch),
+                                stop=stop)
+
     try:
         for beam in beams:
-            budget = min(req.max_tokens, room) - beam.num_tokens
-            if budget <= 0:
+            head, text0, pieces0 = beam.head_start, "", []
+            beam.head_start = None
+            if head is not None:
+                beam.token_ids.extend(head.token_ids)
+                text0, pieces0 = head.text, [(0, len(head.token_ids))]
+                whole = head.finish_reason in ("eos", "length") or (
+                    head.finish_reason == "stop" and req.stop)
+                if whole:
+                    _finish_step(beam, head.text, head.finish_reason, req, pieces0)
+                    _take_scores(beam, head.step_scores)
+                    continue
+            p = params(beam, beam.parent_id, beam.branch, req.stop)
+            if p is None:
+                if text0:
+                    _finish_step(beam, text0, "length", req, pieces0)
                 beam.finished, beam.finish_reason = True, "length"
                 continue
             seq_id = f"{req.problem_key}/it{req.iteration}/b{beam.beam_id}"
-            params = GenerationParams(
-                max_tokens=budget,
-                temperature=req.temperature,
-                top_p=req.top_p,
-                seed=beam_seed(req.seed, req.problem_key, req.iteration, beam.beam_id),
-                stop=req.stop,
-            )
-            generator.add_sequence(seq_id, req.prompt_ids + beam.token_ids, params)
-            by_seq[seq_id] = beam
-        new_text = {seq_id: "" for seq_id in by_seq}
-        pieces: dict[str, list[tuple[int, int]]] = {seq_id: [] for seq_id in by_seq}
+            generator.add_sequence(seq_id, req.prompt_ids + beam.token_ids, p)
+            by_seq[seq_id], new_text[seq_id], pieces[seq_id] = beam, text0, pieces0
+            if head is not None and head.finish_reason == "stop":
+                head_scores[seq_id] = head.step_scores
         pending = set(by_seq)
+        if speculator is not None:
+            speculator.begin(
+                generator, beams, req.iteration, req.prompt_ids,
+                lambda b, j: params(b, b.beam_id, j, (req.step_delimiter,)), len(by_seq))
+        slots = min(len(by_seq), getattr(generator, "max_num_seqs", len(by_seq))) or 1
         while pending:
             updates = generator.step()
-            trace.record(generator.now(), len(pending))
+            trace.record(generator.now(), len(pending),
+                         speculator.running() if speculator else 0, slots)
             for up in updates:
                 beam = by_seq.get(up.seq_id)
                 if beam is None:
+                    if speculator is not None and speculator.owns(up.seq_id):
+                        trace.tokens += len(up.new_token_ids)
+                        speculator.consume(up)
                     continue
                 beam.token_ids.extend(up.new_token_ids)
                 trace.tokens += len(up.new_token_ids)
@@ -112,9 +164,26 @@ def extend_beams(
                     pending.discard(up.seq_id)
                     _finish_step(beam, new_text[up.seq_id], up.finish_reason, req,
                                  pieces[up.seq_id])
+                    _take_scores(beam, head_scores.get(up.seq_id, []))
+                    if speculator is not None:
+                        speculator.standard_done(beam, up.finish_reason)
+            if speculator is not None:
+                if pending:
+                    speculator.fill(generator, len(pending))
+                else:
+                    speculator.end(generator)
     except BaseException:
         generator.abort(list(by_seq))
+        if speculator is not None:
+            speculator.end(generator)
         raise
+
+
+def _take_scores(beam: Beam, scores: list[float]) -> None:
+    """Adopt LookAhead scores of a head start's whole step, the first of the beam's new steps
+    (a step's score depends only on its prefix, so they are the scores it would get now)."""
+    if scores and len(beam.step_scores) + len(scores) <= len(beam.steps):
+        beam.step_scores.extend(scores)
 
 
 def _step_token_counts(text: str, pieces: list[tuple[int, int]], delimiter: str) -> list[int]:

@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 
 from fasttts.backends.base import CacheStats, GeneratorBackend
 from fasttts.beam import Beam
-from fasttts.config import SearchConfig
+from fasttts.config import RuntimeConfig, SearchConfig
 from fasttts.runtime.generation import GenerationTrace, StepRequest, extend_beams
+from fasttts.runtime.lookahead import plan_requests
+from fasttts.runtime.spec_beam_extension import SpeculativeBeamExtension
 from fasttts.search import make_strategy
 from fasttts.steps import build_messages
-from fasttts.verifiers.base import ScoreRequest, Verifier, aggregate
+from fasttts.verifiers.base import Verifier, aggregate
 
 __all__ = ["PromptTooLongError", "SearchResult", "SearchRunner"]
 
@@ -42,8 +44,13 @@ class SearchResult:
         num_sequences: engine sequences submitted.
         prompt_tokens: tokens of the problem's prompt.
         cache: the generator's KV-cache statistics at the end, counters of this problem only.
-        occupancy: (time s, running sequences) per generator engine step.
+        occupancy: per generator engine step (time s, standard sequences, speculative
+            sequences, batch slots); `mean_occupancy` summarises it.
+        mean_occupancy: mean running / batch slots over generator engine steps (None if none).
         clock: "wall" or "simulated" (the generator backend's `clock_kind`).
+        spec: speculative beam extension counters (empty when off): tokens generated
+            speculatively, tokens adopted as head starts, branches launched, phases stopped by
+            preemption, lookahead requests sent.
     """
 
     problem_key: str
@@ -57,8 +64,10 @@ class SearchResult:
     num_sequences: int
     prompt_tokens: int
     cache: CacheStats | None = None
-    occupancy: list[tuple[float, int]] = field(default_factory=list)
+    occupancy: list[tuple[float, int, int, int]] = field(default_factory=list)
+    mean_occupancy: float | None = None
     clock: str = "wall"
+    spec: dict[str, int] = field(default_factory=dict)
 
     @property
     def latency(self) -> float:
@@ -74,6 +83,7 @@ class SearchRunner:
         verifier: the PRM.
         search: the search configuration (method and its parameters).
         agg_strategy: how step scores become a path score (`last|min|prod|mean`).
+        runtime: the FastTTS techniques to use (default: none, the baseline).
 
     Raises:
         fasttts.search.SearchConfigError: the search configuration is invalid.
@@ -85,10 +95,12 @@ class SearchRunner:
         verifier: Verifier,
         search: SearchConfig,
         agg_strategy: str = "last",
+        runtime: RuntimeConfig | None = None,
     ):
         self.generator = generator
         self.verifier = verifier
         self.cfg = search
+        self.runtime = runtime or RuntimeConfig()
         self.strategy = make_strategy(search)
         aggregate([1.0], agg_strategy)  # validates the name
         self.agg_strategy = agg_strategy
@@ -111,9 +123,15 @@ class SearchRunner:
         gen_time = ver_time = 0.0
         num_sequences = 0
         iteration = -1
+        rt = self.runtime
+        sbe = (SpeculativeBeamExtension(cfg.beam_width, rt.spec_truncation_ratio, cfg.seed,
+                                        problem_key) if rt.spec_beam_extension else None)
+        num_lookahead = 0
         for iteration in range(self.strategy.num_iterations):
             last = iteration == self.strategy.num_iterations - 1
             children = self.strategy.expand(kept, iteration, lambda: next(ids))
+            if sbe is not None:
+                sbe.adopt(children, self.generator.decode)
             num_sequences += len(children)
             step_req = StepRequest(
                 prompt_ids=prompt_ids,
@@ -127,9 +145,11 @@ class SearchRunner:
                 step_delimiter=cfg.step_delimiter,
             )
             t0 = self.generator.now()
-            extend_beams(self.generator, children, step_req, trace)
+            extend_beams(self.generator, children, step_req, trace,
+                         None if last else sbe)
             t1 = self.generator.now()
-            self._verify(problem, children)
+            lookahead = sbe.complete_branches() if sbe is not None and rt.lookahead_verification else []
+            num_lookahead += self._verify(problem, children, lookahead)
             t2 = self.generator.now()
             gen_time += t1 - t0
             ver_time += t2 - t1
@@ -159,7 +179,13 @@ class SearchRunner:
             prompt_tokens=len(prompt_ids),
             cache=self.generator.cache_stats().since(cache_before),
             occupancy=trace.samples,
+            mean_occupancy=trace.mean_occupancy(),
             clock=self.generator.clock_kind,
+            spec={} if sbe is None else {
+                "spec_tokens": sbe.spec_tokens, "head_start_tokens": sbe.used_tokens,
+                "branches": sbe.num_branches, "preempted_phases": sbe.num_stopped,
+                "truncated_head_starts": sbe.num_truncated,
+                "lookahead_requests": num_lookahead, "lookahead_scores_used": sbe.num_prescored},
         )
 
     def prompt_ids(self, problem: str, problem_key: str = "problem") -> list[int]:
@@ -178,12 +204,13 @@ class SearchRunner:
             )
         return ids
 
-    def _verify(self, problem: str, beams: list[Beam]) -> None:
-        """Score the steps each beam has not had scored yet, then its aggregated score."""
-        todo = [b for b in beams if len(b.step_scores) < len(b.steps)]
-        if todo:
-            requests = [ScoreRequest(problem, tuple(b.steps), len(b.step_scores)) for b in todo]
-            for beam, scores in zip(todo, self.verifier.score(requests)):
-                beam.step_scores.extend(scores)
+    def _verify(self, problem: str, beams: list[Beam], lookahead=()) -> int:
+        """Score the steps each beam has not had scored yet (with LookAhead Verification, plus
+        the complete speculative steps), then each beam's aggregated score. Returns the number
+        of lookahead requests."""
+        plan = plan_requests(problem, beams, list(lookahead), self.cfg.step_delimiter)
+        if plan.requests:
+            plan.apply(self.verifier.score(plan.requests))
         for beam in beams:
             beam.score = aggregate(beam.step_scores, self.agg_strategy) if beam.step_scores else 0.0
+        return plan.num_lookahead

@@ -44,6 +44,7 @@ class SimGenerator(GeneratorBackend):
         self.engine = engine
         self.workload = workload
         self.max_model_len = engine.max_model_len
+        self.max_num_seqs = engine.max_num_seqs
         self.eos_token_ids = (tok.EOS,)
         self._gens: dict[str, _Gen] = {}
         self._text: dict[int, str] = {}  # token id -> text (the simulated vocabulary is small)
@@ -118,6 +119,9 @@ class SimGenerator(GeneratorBackend):
 
     def num_unfinished(self) -> int:
         return len(self._gens)
+
+    def num_waiting(self) -> int:
+        return self.engine.num_waiting
 
     def cache_stats(self) -> CacheStats:
         kv = self.engine.kv

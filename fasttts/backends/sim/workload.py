@@ -45,6 +45,7 @@ DATASET_DIFFICULTY = {"aime24": (0.7, 1.0), "amc23": (0.45, 0.8), "gsm8k": (0.0,
 ON_TRACK, DERAILED = "\u2713", "\u2717"  # ✓ ✗
 _ON_ID, _OFF_ID = tok.chunk_id(ON_TRACK.encode()), tok.chunk_id(DERAILED.encode())
 _DELIM = tok.encode("\n\n")
+_DELIM_ID = _DELIM[0]
 _WORDS = [tok.chunk_id(w.encode()) for w in (
     " the", " sum", " of", " we", " get", " x", " =", " 2", " +", " 3", " so", " let", " then",
     " is", " by", " it", " n", " 7", " -", " 5", " and", " to", " (", ")", " if", " 1", " 0", " y",
@@ -214,21 +215,29 @@ class Workload:
         return int(min(max(round(x), m.step_len_min), m.step_len_max))
 
     def stream(self, token_ids: list[int], seed: int) -> Iterator[int]:
-        """The tokens the generator writes after `token_ids` (prompt + path), forever-lazy,
-        ending with EOS after a final step.
+        """The tokens the generator writes after `token_ids` (prompt + path), lazily, ending
+        with EOS after a final step.
+
+        A step's tokens are a function of (seed, the path before the step) only, so a
+        sequence resumed in the middle of a step (a speculative head start, a preempted
+        sequence) continues exactly where the same seed would have gone.
 
         Raises:
             ValueError: `token_ids` is not a prompt from the simulator's chat template.
         """
         problem, start = tok.split_prompt(token_ids)
         path = token_ids[start:]
-        on_track = _OFF_ID not in path
-        num_steps = path.count(_ON_ID) + path.count(_OFF_ID)
-        ids = list(token_ids)
+        last_delim = max((i for i, t in enumerate(path) if t == _DELIM_ID), default=-1)
+        step_start = start + last_delim + 1
+        skip = len(token_ids) - step_start  # tokens of the current step already there
+        before = token_ids[start:step_start]
+        on_track = _OFF_ID not in before
+        num_steps = before.count(_ON_ID) + before.count(_OFF_ID)
+        ids = list(token_ids[:step_start])
         p_derail = self.derail_probability(problem)
         m = self.model
-        for j in range(1 << 30):
-            rng = random.Random(_h("step", seed, hash(tuple(ids)), j))
+        while True:
+            rng = random.Random(_h("step", seed, hash(tuple(ids))))
             if on_track and rng.random() < p_derail:
                 on_track = False
             num_steps += 1
@@ -239,8 +248,10 @@ class Workload:
                     + [tok.EOS]) if final else _DELIM
             step += [_WORDS[rng.randrange(len(_WORDS))] for _ in range(max(0, length - 1 - len(tail)))]
             step += tail
-            for t in step:
-                yield t
+            if skip:
+                ids = list(token_ids)
+                step, skip = step[skip:], 0
+            yield from step
             if final:
                 return
             ids += step

@@ -1,0 +1,264 @@
+"""Speculative Beam Extension and the two-phase preemptible scheduler (FastTTS section 4.1).
+
+Phase 1 (continuous beam batching): every beam of the iteration is submitted at once and the
+engine is stepped until each has finished its step (`fasttts.runtime.generation`).
+
+Phase 2 (speculative execution): when nothing waits in the engine and batch slots are free
+(fewer sequences run than the iteration started with), beams that already finished their
+step continue speculatively into their *next* step, at the lowest priority, so the batch stays
+full while stragglers finish. Which beams (section 4.1.1): the beams' previous scores are split
+into B = beam_width bins by rank, C_1 the highest; a beam in bin C_j may get up to
+M_i = B - j + 1 speculative branches; each free slot goes to the finished beam with the
+highest M_i that still has branches left (ties: fewer branches launched, then earlier finish).
+
+Preemptible, no tail latency (section 4.1.2): every speculative sequence is aborted the moment
+the last standard beam finishes its step; a memory preemption in the engine (or a caller's
+`preempt()`, e.g. a new request arriving) also stops all speculation for the phase. Tokens
+generated so far are kept.
+
+Equivalence: speculative branch j of beam b is sampled with the seed of b's future child of
+branch index j (`beam_seed`), and the verifier never sees speculative tokens when scoring the
+current step. After selection, child j of a kept beam b gets branch j's tokens as its head
+start: exactly the tokens it would have sampled itself. Children of b without a branch of
+their own get a copy of branch 0 truncated to a length drawn from N(R * L, (0.1 L)^2), clipped
+to [0, L] (section 4.1, lines 18-19 of Algorithm 1: duplicates are truncated, the original
+is kept whole); that copy is not the child's own random stream, which is the intended
+approximation of the paper (R = 0 turns it off and makes the search exactly equivalent).
+
+LookAhead Verification (section 4.1.3) lives in `fasttts.runtime.lookahead`.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from fasttts.backends.base import GenerationParams, GeneratorBackend, SequenceUpdate
+from fasttts.beam import Beam, HeadStart
+
+__all__ = ["SpecBranch", "SpeculativeBeamExtension", "speculative_potentials"]
+
+#: Engine priority of speculative sequences (standard beams run at 0; larger runs later and
+#: is preempted first).
+SPEC_PRIORITY = 1
+
+
+def speculative_potentials(beams: list[Beam], beam_width: int) -> dict[int, int]:
+    """M_i of each beam (FastTTS section 4.1.1): the beams' scores (`Beam.score`, the previous
+    step's aggregated score) are ranked and split into `beam_width` bins of equal size, C_1
+    holding the highest; a beam in C_j gets M_i = beam_width - j + 1. Beams with equal scores
+    share the best bin any of them reaches.
+
+    Returns:
+        {beam_id: M_i}, each in [1, beam_width].
+    """
+    if not beams:
+        return {}
+    ranked = sorted(beams, key=lambda b: -b.score)
+    out: dict[int, int] = {}
+    first_rank: dict[float, int] = {}
+    for rank, b in enumerate(ranked):
+        r = first_rank.setdefault(b.score, rank)
+        j = r * beam_width // len(ranked) + 1  # bin 1..B
+        out[b.beam_id] = beam_width - j + 1
+    return out
+
+
+@dataclass
+class SpecBranch:
+    """One speculative continuation of a beam.
+
+    Attributes:
+        beam_id: the standard beam it extends.
+        branch: its index j (it draws the stream of the beam's future child j).
+        seq_id: the engine sequence.
+        token_ids, text: what it generated.
+        finish_reason: "stop" (a whole next step), "eos"/"length" (the path ended), or None
+            (stopped early).
+        step_scores: LookAhead Verification's score(s) of the speculative step, if any.
+    """
+
+    beam_id: int
+    branch: int
+    seq_id: str
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str | None = None
+    step_scores: list[float] = field(default_factory=list)
+
+
+@dataclass
+class _Candidate:
+    beam: Beam
+    potential: int
+    order: int
+    launched: int = 0
+
+
+class SpeculativeBeamExtension:
+    """The speculative phase of one problem's search, across its iterations.
+
+    Args:
+        beam_width: B, the number of score bins and the largest M_i.
+        truncation_ratio: R; duplicates without their own branch get R x L tokens on average
+            (0 disables the copies).
+        seed: base seed of the truncation draws.
+        problem_key: the problem's id (part of sequence ids and seeds).
+
+    Attributes:
+        spec_tokens: speculative tokens generated (all branches).
+        used_tokens: speculative tokens adopted as head starts.
+        num_branches: speculative sequences launched.
+        num_stopped: phases in which a preemption stopped speculation.
+        num_truncated: head starts that were truncated copies of another branch.
+        num_prescored: head starts that carry LookAhead scores of their whole step.
+    """
+
+    def __init__(self, beam_width: int, truncation_ratio: float, seed: int, problem_key: str):
+        if not 0.0 <= truncation_ratio <= 1.0:
+            raise ValueError(f"truncation_ratio R must be in [0, 1], got {truncation_ratio}")
+        self.beam_width = beam_width
+        self.ratio = truncation_ratio
+        self.seed = seed
+        self.problem_key = problem_key
+        self.results: dict[int, list[SpecBranch]] = {}
+        self.spec_tokens = self.used_tokens = self.num_branches = self.num_stopped = 0
+        self.num_truncated = self.num_prescored = 0
+        self._live: dict[str, SpecBranch] = {}
+        self._cands: list[_Candidate] = []
+        self._active = False
+
+    # ---- one generation phase -------------------------------------------------------------
+
+    def begin(self, generator: GeneratorBackend, beams: list[Beam], iteration: int,
+              prompt_ids: list[int], params_of, num_standard: int) -> None:
+        """Start the phase of `iteration` over the submitted `beams`.
+
+        Args:
+            params_of: callable (beam, branch) -> GenerationParams of a speculative branch.
+            num_standard: standard sequences submitted (the batch to keep full).
+        """
+        self.results = {}
+        self._live = {}
+        self._cands = []
+        self._potential = speculative_potentials(beams, self.beam_width)
+        self._slots = min(num_standard, getattr(generator, "max_num_seqs", num_standard))
+        self._preemptions = generator.cache_stats().num_preemptions
+        self._prompt_ids, self._params_of, self._iteration = prompt_ids, params_of, iteration
+        self._order = 0
+        self._active = True
+
+    def standard_done(self, beam: Beam, reason: str | None) -> None:
+        """A standard beam finished its step; a step that ended at the delimiter (path not
+        finished) makes the beam a speculative candidate."""
+        if self._active and reason == "stop" and not beam.finished:
+            self._order += 1
+            self._cands.append(_Candidate(beam, self._potential.get(beam.beam_id, 1), self._order))
+
+    def owns(self, seq_id: str) -> bool:
+        """Whether `seq_id` is a live speculative sequence."""
+        return seq_id in self._live
+
+    def consume(self, up: SequenceUpdate) -> None:
+        """Record a speculative sequence's update."""
+        br = self._live.get(up.seq_id)
+        if br is None:
+            return
+        br.token_ids += up.new_token_ids
+        br.text += up.new_text
+        self.spec_tokens += len(up.new_token_ids)
+        if up.finished:
+            br.finish_reason = up.finish_reason
+            del self._live[up.seq_id]
+
+    def fill(self, generator: GeneratorBackend, standard_running: int) -> None:
+        """Phase 2: launch speculative branches into the free batch slots, if nothing waits.
+        A memory preemption since the phase began stops speculation for the phase."""
+        if not self._active:
+            return
+        if self._live and generator.cache_stats().num_preemptions > self._preemptions:
+            self.preempt(generator)
+            return
+        free = self._slots - standard_running - len(self._live)
+        if free <= 0 or generator.num_waiting() > 0:
+            return
+        while free > 0:
+            open_ = [c for c in self._cands if c.launched < c.potential]
+            if not open_:
+                return
+            c = min(open_, key=lambda c: (-c.potential, c.launched, c.order))
+            j = c.launched
+            c.launched += 1
+            params = self._params_of(c.beam, j)
+            if params is None:
+                continue
+            seq_id = f"{self.problem_key}/it{self._iteration}/b{c.beam.beam_id}/spec{j}"
+            br = SpecBranch(c.beam.beam_id, j, seq_id)
+            generator.add_sequence(seq_id, self._prompt_ids + c.beam.token_ids, params,
+                                   priority=SPEC_PRIORITY)
+            self._live[seq_id] = br
+            self.results.setdefault(c.beam.beam_id, []).append(br)
+            self.num_branches += 1
+            free -= 1
+
+    def preempt(self, generator: GeneratorBackend) -> None:
+        """Stop all speculation now (memory pressure or a new request); tokens are kept."""
+        if self._live:
+            self.num_stopped += 1
+        self._stop(generator)
+        self._active = False
+
+    def end(self, generator: GeneratorBackend) -> None:
+        """The last standard beam finished: abort every speculative sequence (no tail
+        latency); what they generated is kept."""
+        self._stop(generator)
+        self._active = False
+
+    def _stop(self, generator: GeneratorBackend) -> None:
+        if self._live:
+            generator.abort(list(self._live))
+            self._live.clear()
+
+    def running(self) -> int:
+        """Speculative sequences in the engine now."""
+        return len(self._live)
+
+    def complete_branches(self) -> list[SpecBranch]:
+        """Branches that generated a whole next step (or ended the path), for LookAhead."""
+        return [br for brs in self.results.values() for br in brs
+                if br.finish_reason is not None and br.text]
+
+    # ---- after selection ------------------------------------------------------------------
+
+    def adopt(self, children: list[Beam], decode) -> None:
+        """Give the children of kept beams their head starts (module docstring).
+
+        Args:
+            children: the next iteration's beams (from `SearchStrategy.expand`).
+            decode: token ids -> text (for truncated copies).
+        """
+        for child in children:
+            branches = {br.branch: br for br in self.results.get(child.parent_id, []) if br.token_ids}
+            own = branches.get(child.branch)
+            if own is not None:
+                child.head_start = HeadStart(list(own.token_ids), own.text, own.finish_reason,
+                                             list(own.step_scores))
+            elif 0 in branches and self.ratio > 0:
+                src = branches[0]
+                n = len(src.token_ids)
+                rng = random.Random(f"{self.seed}|{self.problem_key}|trunc|{child.beam_id}")
+                keep = int(min(max(round(rng.gauss(self.ratio * n, 0.1 * n)), 0), n))
+                if keep == 0:
+                    continue
+                if keep == n:
+                    child.head_start = HeadStart(list(src.token_ids), src.text, src.finish_reason,
+                                                 list(src.step_scores), truncated=True)
+                else:
+                    child.head_start = HeadStart(src.token_ids[:keep], decode(src.token_ids[:keep]),
+                                                 None, [], truncated=True)
+            else:
+                continue
+            self.used_tokens += len(child.head_start.token_ids)
+            self.num_truncated += child.head_start.truncated
+            self.num_prescored += bool(child.head_start.step_scores)
+        self.results = {}

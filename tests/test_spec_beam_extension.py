@@ -1,0 +1,143 @@
+"""Speculative Beam Extension, the two-phase scheduler and LookAhead Verification (FastTTS 4.1),
+on the simulated backend, where every path's text is a function of (path, seed)."""
+
+import pytest
+
+from fasttts.backends.sim import build_sim
+from fasttts.beam import Beam
+from fasttts.config import EngineConfig, RunConfig, RuntimeConfig, SearchConfig, SimConfig, VerifierConfig
+from fasttts.runtime import spec_beam_extension as sbe_mod
+from fasttts.runtime.generation import GenerationTrace, StepRequest, extend_beams
+from fasttts.runtime.loop import SearchRunner
+from fasttts.runtime.spec_beam_extension import SpeculativeBeamExtension, speculative_potentials
+from fasttts.steps import build_messages
+
+PROBLEMS = [
+    "Find the number of ordered pairs (a, b) of integers with a^2 + b^2 = 25.",
+    "Let x + 1/x = 3. Find x^3 + 1/x^3.",
+    "How many positive divisors does 360 have?",
+]
+
+
+def _cfg(runtime, n=16, **sim):
+    return RunConfig(backend="sim", generator=EngineConfig(model="qwen2.5-math-1.5b"),
+                     verifier=VerifierConfig(engine=EngineConfig(model="math-shepherd-7b")),
+                     search=SearchConfig(n=n, beam_width=4, seed=1), sim=SimConfig(**sim),
+                     runtime=runtime)
+
+
+def _run(runtime, problem, n=16, **sim):
+    """(selected beams per iteration, completions, result, generator) of one search."""
+    cfg = _cfg(runtime, n, **sim)
+    gen, ver = build_sim(cfg)
+    runner = SearchRunner(gen, ver, cfg.search, runtime=cfg.runtime)
+    picked, select = [], runner.strategy.select
+    runner.strategy.select = lambda live: picked.append(
+        [(b.beam_id, b.text, tuple(b.step_scores)) for b in select(live)]) or select(live)
+    result = runner.run(problem, "p")
+    done = [(b.beam_id, b.text, b.step_scores) for b in result.completions]
+    return picked, done, result, gen
+
+
+def test_potentials_follow_score_bins():
+    beams = [Beam(beam_id=i, score=s) for i, s in enumerate([0.9, 0.1, 0.8, 0.2, 0.7, 0.3, 0.6, 0.4])]
+    # ranks 0-1 -> C_1 (M=4), 2-3 -> C_2 (M=3), 4-5 -> C_3 (M=2), 6-7 -> C_4 (M=1)
+    assert speculative_potentials(beams, 4) == {0: 4, 2: 4, 4: 3, 6: 3, 7: 2, 5: 2, 3: 1, 1: 1}
+    tied = [Beam(beam_id=i, score=0.5) for i in range(8)]
+    assert set(speculative_potentials(tied, 4).values()) == {4}
+    assert speculative_potentials([], 4) == {}
+
+
+@pytest.mark.parametrize("problem", PROBLEMS)
+def test_equivalence_speculation_on_off_same_selections_every_iteration(problem):
+    """With R = 0 (duplicates inherit no truncated copy) every head start is the exact stream
+    its beam would have sampled, so selections and completions are identical, with or without
+    LookAhead Verification (a step's score depends only on its prefix)."""
+    base = _run(RuntimeConfig(), problem)
+    sbe = _run(RuntimeConfig(spec_beam_extension=True, spec_truncation_ratio=0), problem)
+    both = _run(RuntimeConfig(spec_beam_extension=True, lookahead_verification=True,
+                              spec_truncation_ratio=0), problem)
+    assert len(base[0]) >= 3
+    assert base[0] == sbe[0] == both[0]
+    assert base[1] == sbe[1] == both[1]
+    assert sbe[2].spec["head_start_tokens"] > 0 and sbe[2].spec["truncated_head_starts"] == 0
+    assert both[2].spec["lookahead_scores_used"] > 0
+
+
+def test_truncated_copies_are_the_only_source_of_divergence(monkeypatch):
+    """With R = 0.85 duplicates inherit truncated copies of another branch's tokens (the
+    paper's intended approximation). Selections match the baseline in every iteration before
+    the first one whose beams start from a truncated copy; only from there may they differ."""
+    problem = PROBLEMS[0]
+    first_truncated = []
+    adopt = SpeculativeBeamExtension.adopt
+
+    def spy(self, children, decode):
+        before = self.num_truncated
+        adopt(self, children, decode)
+        if self.num_truncated > before and not first_truncated:
+            first_truncated.append(len(self._seen))
+        self._seen.append(1)
+
+    monkeypatch.setattr(SpeculativeBeamExtension, "_seen", [], raising=False)
+    monkeypatch.setattr(SpeculativeBeamExtension, "adopt", spy)
+    base = _run(RuntimeConfig(), problem)
+    spec = _run(RuntimeConfig(spec_beam_extension=True, spec_truncation_ratio=0.85), problem)
+    assert spec[2].spec["truncated_head_starts"] > 0
+    k = first_truncated[0]  # children of iteration k got truncated copies
+    assert k >= 1
+    assert base[0][:k] == spec[0][:k]
+
+
+def test_speculation_fills_the_batch():
+    base = _run(RuntimeConfig(), PROBLEMS[1])[2]
+    spec = _run(RuntimeConfig(spec_beam_extension=True), PROBLEMS[1])[2]
+    assert spec.mean_occupancy > base.mean_occupancy + 0.2
+    assert spec.spec["branches"] > 0 and spec.spec["spec_tokens"] > spec.spec["head_start_tokens"] > 0
+    # every speculative sequence stays within the phase's batch slots
+    assert all(a + b <= s for _, a, b, s in spec.occupancy)
+
+
+def test_no_tail_latency_speculation_stops_with_the_last_beam():
+    cfg = _cfg(RuntimeConfig(spec_beam_extension=True))
+    steps = {}
+    for name, use in (("base", False), ("spec", True)):
+        gen, _ = build_sim(cfg)
+        prompt = gen.encode_chat(build_messages(PROBLEMS[2]))
+        root = Beam(beam_id=0)
+        beams = [root.child(i + 1) for i in range(8)]
+        req = StepRequest(prompt_ids=prompt, temperature=0.8, top_p=1.0, max_tokens=2048,
+                          stop=("\n\n",), seed=0, problem_key="p", iteration=0)
+        spec = SpeculativeBeamExtension(4, 0.85, 0, "p") if use else None
+        extend_beams(gen, beams, req, GenerationTrace(), spec)
+        steps[name] = (gen.engine.num_steps, [b.text for b in beams])
+        assert gen.num_unfinished() == 0  # every speculative sequence was aborted
+        assert gen.cache_stats().num_blocks_used == 0
+        if use:
+            assert spec.num_branches > 0 and spec.results
+    # the phase takes exactly as many engine steps: the last standard beam ends it
+    assert steps["base"] == steps["spec"]
+
+
+def test_memory_preemption_stops_speculation_and_frees_blocks():
+    problem = PROBLEMS[0]
+    tiny = dict(generator_kv_cache_bytes=300 * 16 * 28672, verifier_kv_cache_bytes=2 << 30)
+    base = _run(RuntimeConfig(), problem, n=32, **tiny)
+    spec = _run(RuntimeConfig(spec_beam_extension=True, spec_truncation_ratio=0), problem, n=32,
+                **tiny)
+    assert spec[2].spec["preempted_phases"] > 0
+    assert spec[3].cache_stats().num_blocks_used == 0
+    assert base[0] == spec[0]  # preempted or not, the search decides the same
+
+
+def test_speculative_sequences_run_at_the_lowest_priority():
+    assert sbe_mod.SPEC_PRIORITY > 0
+
+
+def test_runtime_config_rules():
+    with pytest.raises(ValueError, match="lookahead_verification needs spec_beam_extension"):
+        RuntimeConfig(lookahead_verification=True)
+    with pytest.raises(ValueError):
+        RuntimeConfig(spec_truncation_ratio=1.5)
+    on = RuntimeConfig.fasttts()
+    assert on.spec_beam_extension and on.lookahead_verification
