@@ -48,8 +48,8 @@ class LookaheadPlan:
 
 def plan_requests(problem: str, beams: list[Beam], branches: list[SpecBranch],
                   delimiter: str) -> LookaheadPlan:
-    """The verifier requests of `beams` (their unscored steps), with each beam's complete
-    speculative `branches` appended (module docstring)."""
+    """The verifier requests of `beams` (their unscored steps), each with the beam's first
+    complete speculative branch appended (module docstring)."""
     by_beam: dict[int, list[SpecBranch]] = {}
     for br in branches:
         by_beam.setdefault(br.beam_id, []).append(br)
@@ -63,11 +63,8 @@ def plan_requests(problem: str, beams: list[Beam], branches: list[SpecBranch],
         if not extra:
             plan.add(ScoreRequest(problem, tuple(beam.steps), start), beam, own, None)
             continue
-        for i, br in enumerate(sorted(extra, key=lambda b: b.branch)):
-            steps = tuple(split_steps(beam.text + br.text, delimiter))
-            if i == 0:
-                plan.add(ScoreRequest(problem, steps, start), beam, own, br)
-            else:
-                plan.add(ScoreRequest(problem, steps, len(beam.steps)), None, 0, br)
-            plan.num_lookahead += 1
+        br = min(extra, key=lambda b: b.branch)
+        steps = tuple(split_steps(beam.text + br.text, delimiter))
+        plan.add(ScoreRequest(problem, steps, start), beam, own, br)
+        plan.num_lookahead += 1
     return plan

