@@ -8,8 +8,9 @@
         --generator qwen2.5-math-1.5b --verifier math-shepherd-7b --dataset aime24 --limit 10 \
         --ns 8,16,32,64,128,256,512 --configs baseline,sbe,sbe+la --out runs/sbe-sim
 
-Configs: `baseline` (everything off), `sbe` (Speculative Beam Extension), `sbe+la` (plus
-LookAhead Verification); a `:R` suffix sets the truncation ratio (`sbe:0.5`). Every config
+Configs: `baseline` (everything off) or techniques joined by `+`: `sbe` (Speculative Beam
+Extension), `la` (LookAhead Verification), `p` (prefix-aware scheduling); a `:R` suffix sets
+the truncation ratio (`sbe:0.5`). Every config
 runs every problem at every n in one process; for each problem the configs run back to back in
 an order rotated by the problem's index (so machine-speed swings hit every config alike), and on
 the real backend both engines' prefix caches are reset before each run. Each run appends one
@@ -37,18 +38,21 @@ from fasttts.eval.metrics import problem_record
 GiB = 1 << 30
 
 
+PARTS = {"sbe": "spec_beam_extension", "la": "lookahead_verification",
+         "p": "prefix_aware_scheduling"}
+
+
 def runtime_of(name: str) -> RuntimeConfig:
-    """The RuntimeConfig of a config name (`baseline`, `sbe`, `sbe+la`, optional `:R`)."""
+    """The RuntimeConfig of a config name: `baseline`, or techniques joined by `+` (`sbe`,
+    `la`, `p`), with an optional `:R` truncation ratio (`sbe+la:0.5`)."""
     base, _, ratio = name.partition(":")
     extra = {"spec_truncation_ratio": float(ratio)} if ratio else {}
-    table = {
-        "baseline": {},
-        "sbe": {"spec_beam_extension": True},
-        "sbe+la": {"spec_beam_extension": True, "lookahead_verification": True},
-    }
-    if base not in table:
-        raise SystemExit(f"unknown config {name!r}; use baseline, sbe, sbe+la (optionally :R)")
-    return RuntimeConfig(**table[base], **extra)
+    parts = [] if base == "baseline" else base.split("+")
+    unknown = [x for x in parts if x not in PARTS]
+    if unknown:
+        raise SystemExit(f"unknown config {name!r}: use baseline or {'+'.join(PARTS)} "
+                         f"combinations, optionally with :R")
+    return RuntimeConfig(**{PARTS[x]: True for x in parts}, **extra)
 
 
 class Backend:

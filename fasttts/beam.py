@@ -51,6 +51,8 @@ class Beam:
         branch: this beam's index among its parent's children (0, 1, ...); with parent_id it
             fixes the beam's random stream (`fasttts.runtime.generation.beam_seed`).
         num_children: children made from this beam so far.
+        lineage: beam ids from the root's first child down to this beam (the CoT as a path
+            in the search trie; prefix-aware scheduling and its cost model use it).
         head_start: tokens of this beam's next step already generated speculatively (SBE),
             consumed by the next generation phase; None without one.
         iterations: generate -> verify rounds the path took part in.
@@ -73,6 +75,7 @@ class Beam:
     subtree: int = 0
     branch: int = 0
     num_children: int = 0
+    lineage: tuple[int, ...] = ()
     head_start: HeadStart | None = None
     iterations: int = 0
     start_time: float = 0.0
@@ -88,6 +91,7 @@ class Beam:
             beam_id=beam_id,
             parent_id=self.beam_id,
             branch=self.num_children - 1,
+            lineage=self.lineage + (beam_id,),
             token_ids=list(self.token_ids),
             text=self.text,
             steps=list(self.steps),

@@ -94,6 +94,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="Speculative Beam Extension with two-phase preemptible scheduling")
     f.add_argument("--lookahead-verification", action="store_true",
                    help="LookAhead Verification (needs --spec-beam-extension)")
+    f.add_argument("--prefix-aware-scheduling", action="store_true",
+                   help="submit beams grouped by parent in lineage order (FastTTS 4.2)")
     f.add_argument("--spec-truncation-ratio", type=float, default=0.85, metavar="R",
                    help="mean kept fraction of a kept beam's speculative tokens that its "
                         "duplicates inherit (default: %(default)s; 0 = exact equivalence)")
@@ -140,11 +142,13 @@ def _run_config(args: argparse.Namespace):
     if args.fasttts and args.baseline:
         raise ValueError("--fasttts and --baseline contradict each other; give one")
     on = args.fasttts
-    if args.baseline and (args.spec_beam_extension or args.lookahead_verification):
+    if args.baseline and (args.spec_beam_extension or args.lookahead_verification
+                          or args.prefix_aware_scheduling):
         raise ValueError("--baseline turns every technique off; drop it or the technique flags")
     runtime = RuntimeConfig(
         spec_beam_extension=on or args.spec_beam_extension,
         lookahead_verification=on or args.lookahead_verification,
+        prefix_aware_scheduling=on or args.prefix_aware_scheduling,
         spec_truncation_ratio=args.spec_truncation_ratio)
     return RunConfig(
         backend=args.backend,
@@ -290,6 +294,54 @@ def _print_summary(summary: dict, args: argparse.Namespace) -> None:
     Console().print(t)
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from fasttts.backends.sim import static_split
+    from fasttts.backends.sim.specs import load_hardware, load_model
+    from fasttts.config import SimConfig
+    from fasttts.runtime.memory_planner import PlanInput, plan_memory, static_plan
+
+    hw = load_hardware(args.hardware)
+    gen, ver = load_model(args.generator), load_model(args.verifier)
+    sim = SimConfig(hardware=args.hardware, memory_fraction=args.memory_fraction)
+    if args.kv_budget:
+        budget = args.kv_budget
+    else:
+        split = static_split(hw, gen, ver, sim)
+        budget = split.generator_kv + split.verifier_kv
+    inp = PlanInput(memory_bytes=budget, generator=gen, verifier=ver, hardware=hw,
+                    num_requests=args.n, verifier_len=args.verifier_len,
+                    decode_len=args.decode_len, cache_len=args.cache_len)
+    best = plan_memory(inp, allow_offload=not args.no_offload)
+    static = static_plan(inp, args.generator_kv_share)
+    gib = 1 << 30
+    t = Table(title=f"{gen.name} + {ver.name} on {hw.name}, n={args.n}, KV budget "
+                    f"{budget / gib:.2f} GiB (predicted by the roofline model)")
+    t.add_column("")
+    t.add_column("static split", justify="right")
+    t.add_column("planned", justify="right")
+    rows = [
+        ("B_pre (verifier batch)", lambda p: f"{p.b_pre}"),
+        ("B_dec (decode batch)", lambda p: f"{p.b_dec}"),
+        ("verifier KV GiB", lambda p: f"{p.verifier_kv_bytes / gib:.2f}"),
+        ("generator KV GiB", lambda p: f"{p.generator_kv_bytes / gib:.2f}"),
+        ("offload inactive KV", lambda p: "yes" if p.offload else "no"),
+        ("iteration time s", lambda p: f"{p.t_total:.3f}"),
+        ("  verifier s", lambda p: f"{p.t_verify:.3f}"),
+        ("  generator s", lambda p: f"{p.t_decode:.3f}"),
+        ("  offload transfer s", lambda p: f"{p.t_offload:.3f}"),
+        ("throughput tok/s", lambda p: f"{p.throughput(inp):.0f}"),
+    ]
+    for name, fmt in rows:
+        t.add_row(name, fmt(static), fmt(best))
+    Console().print(t)
+    print(f"planned vs static: {static.t_total / best.t_total:.2f}x faster iteration "
+          f"(S={args.verifier_len}, S_dec={args.decode_len}, S_cache={inp.s_cache} tokens)")
+    return 0
+
+
 def _cmd_models(args: argparse.Namespace) -> int:
     from fasttts.config import DEFAULT_GENERATOR, DEFAULT_VERIFIER
     from fasttts.models import EMBEDDED_MODELS, prepare_model, prepared_path
@@ -326,6 +378,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", required=True, help="folder for results (append-only)")
     _add_run_options(p)
     p.set_defaults(func=_cmd_eval)
+    p = sub.add_parser("plan", help="what-if memory plan for a GPU (roofline model, no run)")
+    p.add_argument("--hardware", default="rtx4090", help="hardware spec (default: %(default)s)")
+    p.add_argument("--generator", default="qwen2.5-math-1.5b", help="generator model spec")
+    p.add_argument("--verifier", default="math-shepherd-7b", help="verifier model spec")
+    p.add_argument("--n", type=int, default=64, help="beams per iteration N (default: 64)")
+    p.add_argument("--memory-fraction", type=float, default=0.9,
+                   help="device memory both engines may use (default: %(default)s)")
+    p.add_argument("--kv-budget", type=parse_size, default=None, metavar="SIZE",
+                   help="KV budget M (default: what the memory fraction leaves after weights)")
+    p.add_argument("--verifier-len", type=int, default=1024, help="S, tokens per verifier input")
+    p.add_argument("--decode-len", type=int, default=1024,
+                   help="S_dec, tokens a generator sequence generates and holds")
+    p.add_argument("--cache-len", type=int, default=None,
+                   help="mean cached length while decoding (default: S_dec / 2)")
+    p.add_argument("--generator-kv-share", type=float, default=0.5,
+                   help="the static split's generator share (default: %(default)s)")
+    p.add_argument("--no-offload", action="store_true", help="do not consider offloading")
+    p.set_defaults(func=_cmd_plan)
     p = sub.add_parser("models", help="prepare or list the embedded models")
     p.add_argument("action", choices=("prepare", "list"))
     p.add_argument("names", nargs="*", help="models to prepare (default: the defaults)")

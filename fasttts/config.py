@@ -158,6 +158,9 @@ class RuntimeConfig(_Strict):
             scheduler (FastTTS section 4.1, `fasttts.runtime.spec_beam_extension`).
         lookahead_verification: LookAhead Verification (section 4.1.3); needs
             spec_beam_extension.
+        prefix_aware_scheduling: submit each iteration's beams grouped by parent in lineage
+            order, with matching engine priorities (section 4.2,
+            `fasttts.runtime.prefix_scheduling`); off = search-and-learn's round-robin order.
         spec_truncation_ratio: R, mean kept fraction of the speculative tokens a duplicate
             of a kept beam inherits (the paper's best: 0.85; 0 = duplicates inherit nothing,
             exactly equivalent search).
@@ -165,6 +168,7 @@ class RuntimeConfig(_Strict):
 
     spec_beam_extension: bool = False
     lookahead_verification: bool = False
+    prefix_aware_scheduling: bool = False
     spec_truncation_ratio: float = Field(default=0.85, ge=0.0, le=1.0)
 
     @model_validator(mode="after")
@@ -177,7 +181,8 @@ class RuntimeConfig(_Strict):
     @classmethod
     def fasttts(cls, **overrides) -> RuntimeConfig:
         """Every FastTTS technique that exists turned on."""
-        return cls(**{"spec_beam_extension": True, "lookahead_verification": True, **overrides})
+        return cls(**{"spec_beam_extension": True, "lookahead_verification": True,
+                      "prefix_aware_scheduling": True, **overrides})
 
 
 class RunConfig(_Strict):

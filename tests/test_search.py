@@ -46,13 +46,30 @@ def test_beam_search_keeps_top_n_over_beam_width_each_iteration_last_agg():
     assert [b.beam_id for b in result.completions] == [7, 10, 12, 9]
     assert [b.score for b in result.completions] == [0.95, 0.85, 0.75, 0.4]
     assert [b.parent_id for b in result.completions] == [3, 6, 8, 6]
+    # submitted in search-and-learn's round-robin duplication order, parents in the order
+    # they were submitted in the previous iteration
     seqs = [s for s, _ in gen.added]
     assert seqs == [f"p0/it0/b{i}" for i in (1, 2, 3, 4)] + [
-        f"p0/it1/b{i}" for i in (5, 6, 7, 8)] + [f"p0/it2/b{i}" for i in (9, 10, 11, 12)]
+        f"p0/it1/b{i}" for i in (5, 7, 6, 8)] + [f"p0/it2/b{i}" for i in (9, 11, 10, 12)]
     assert result.num_iterations == 3
     assert result.completions[0].text == "C\n\nC1 \\boxed{7}\n\n"
     assert result.completions[0].finish_reason == "answer"
     assert {b.finish_reason for b in result.completions[1:]} == {"eos"}
+
+
+def test_prefix_aware_scheduling_groups_siblings_same_decisions():
+    from fasttts.config import RuntimeConfig
+
+    gen = ScriptedGenerator(SCRIPT)
+    cfg = SearchConfig(method="beam_search", n=4, beam_width=2, num_iterations=3)
+    rt = RuntimeConfig(prefix_aware_scheduling=True)
+    result = SearchRunner(gen, ScriptedVerifier(SCORES, gen), cfg, "last", rt).run("problem", "p0")
+    assert [b.beam_id for b in result.completions] == [7, 10, 12, 9]
+    assert [s for s, _ in gen.added] == [f"p0/it0/b{i}" for i in (1, 2, 3, 4)] + [
+        f"p0/it1/b{i}" for i in (5, 6, 7, 8)] + [f"p0/it2/b{i}" for i in (9, 10, 11, 12)]
+    # single-CoT cost: iteration 1 grouped (A1 A2 C1 C2) shares the parent between siblings
+    baseline, _, _ = run("last")
+    assert result.schedule_cost < baseline.schedule_cost
 
 
 def test_agg_strategy_changes_the_decision():

@@ -52,11 +52,11 @@ def test_potentials_follow_score_bins():
 def test_equivalence_speculation_on_off_same_selections_every_iteration(problem):
     """With R = 0 (duplicates inherit no truncated copy) every head start is the exact stream
     its beam would have sampled, so selections and completions are identical, with or without
-    LookAhead Verification (a step's score depends only on its prefix)."""
+    LookAhead Verification (a step's score depends only on its prefix) and prefix-aware
+    scheduling (order changes only when each sequence runs)."""
     base = _run(RuntimeConfig(), problem)
     sbe = _run(RuntimeConfig(spec_beam_extension=True, spec_truncation_ratio=0), problem)
-    both = _run(RuntimeConfig(spec_beam_extension=True, lookahead_verification=True,
-                              spec_truncation_ratio=0), problem)
+    both = _run(RuntimeConfig.fasttts(spec_truncation_ratio=0), problem)
     assert len(base[0]) >= 3
     assert base[0] == sbe[0] == both[0]
     assert base[1] == sbe[1] == both[1]

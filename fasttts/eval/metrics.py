@@ -110,6 +110,7 @@ def problem_record(result: SearchResult, gold: str | None, problem: str = "") ->
         "num_preemptions": cache.num_preemptions if cache else None,
         "num_recomputed_tokens": cache.num_recomputed_tokens if cache else None,
         "batch_occupancy": result.mean_occupancy,
+        "prefix_schedule_cost": result.schedule_cost,
         "spec": result.spec or None,
         "completions": [
             {

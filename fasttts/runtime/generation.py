@@ -38,7 +38,9 @@ class StepRequest:
         temperature, top_p: sampling parameters.
         max_tokens: most tokens one path may hold in total (tokens).
         stop: stop strings of this iteration (empty in the last iteration: to the end).
-        seed: base seed; problem_key and iteration complete the per-sequence seed.
+        seed: base seed; with the beam's parent and branch it gives the sequence's seed.
+        ordered_priorities: give the i-th beam engine priority i, so a memory-bound engine
+            admits beams in the submitted order (prefix-aware scheduling); else all 0.
     """
 
     prompt_ids: list[int]
@@ -50,6 +52,7 @@ class StepRequest:
     problem_key: str
     iteration: int
     step_delimiter: str = "\n\n"
+    ordered_priorities: bool = False
 
 
 @dataclass
@@ -116,7 +119,7 @@ def extend_beams(
                                 stop=stop)
 
     try:
-        for beam in beams:
+        for position, beam in enumerate(beams):
             head, text0, pieces0 = beam.head_start, "", []
             beam.head_start = None
             if head is not None:
@@ -135,7 +138,8 @@ def extend_beams(
                 beam.finished, beam.finish_reason = True, "length"
                 continue
             seq_id = f"{req.problem_key}/it{req.iteration}/b{beam.beam_id}"
-            generator.add_sequence(seq_id, req.prompt_ids + beam.token_ids, p)
+            generator.add_sequence(seq_id, req.prompt_ids + beam.token_ids, p,
+                                   priority=position if req.ordered_priorities else 0)
             by_seq[seq_id], new_text[seq_id], pieces[seq_id] = beam, text0, pieces0
             if head is not None and head.finish_reason == "stop":
                 head_scores[seq_id] = head.step_scores

@@ -17,6 +17,7 @@ from fasttts.beam import Beam
 from fasttts.config import RuntimeConfig, SearchConfig
 from fasttts.runtime.generation import GenerationTrace, StepRequest, extend_beams
 from fasttts.runtime.lookahead import plan_requests
+from fasttts.runtime.prefix_scheduling import baseline_order, prefix_aware_order, schedule_cost
 from fasttts.runtime.spec_beam_extension import SpeculativeBeamExtension
 from fasttts.search import make_strategy
 from fasttts.steps import build_messages
@@ -48,6 +49,9 @@ class SearchResult:
             sequences, batch slots); `mean_occupancy` summarises it.
         mean_occupancy: mean running / batch slots over generator engine steps (None if none).
         clock: "wall" or "simulated" (the generator backend's `clock_kind`).
+        schedule_cost: the prefix-schedule cost of the submission orders, summed over
+            iterations (`fasttts.runtime.prefix_scheduling.schedule_cost`, one CoT per trie;
+            beams).
         spec: speculative beam extension counters (empty when off): tokens generated
             speculatively, tokens adopted as head starts, branches launched, phases stopped by
             preemption, lookahead requests sent.
@@ -66,6 +70,7 @@ class SearchResult:
     cache: CacheStats | None = None
     occupancy: list[tuple[float, int, int, int]] = field(default_factory=list)
     mean_occupancy: float | None = None
+    schedule_cost: int = 0
     clock: str = "wall"
     spec: dict[str, int] = field(default_factory=dict)
 
@@ -127,9 +132,15 @@ class SearchRunner:
         sbe = (SpeculativeBeamExtension(cfg.beam_width, rt.spec_truncation_ratio, cfg.seed,
                                         problem_key) if rt.spec_beam_extension else None)
         num_lookahead = 0
+        previous: list[int] = []
+        cost = 0
         for iteration in range(self.strategy.num_iterations):
             last = iteration == self.strategy.num_iterations - 1
             children = self.strategy.expand(kept, iteration, lambda: next(ids))
+            order = prefix_aware_order if rt.prefix_aware_scheduling else baseline_order
+            children = order(children, previous)
+            previous = [b.beam_id for b in children]
+            cost += schedule_cost([b.lineage for b in children])
             if sbe is not None:
                 sbe.adopt(children, self.generator.decode)
             num_sequences += len(children)
@@ -143,6 +154,7 @@ class SearchRunner:
                 problem_key=problem_key,
                 iteration=iteration,
                 step_delimiter=cfg.step_delimiter,
+                ordered_priorities=rt.prefix_aware_scheduling,
             )
             t0 = self.generator.now()
             extend_beams(self.generator, children, step_req, trace,
@@ -180,6 +192,7 @@ class SearchRunner:
             cache=self.generator.cache_stats().since(cache_before),
             occupancy=trace.samples,
             mean_occupancy=trace.mean_occupancy(),
+            schedule_cost=cost,
             clock=self.generator.clock_kind,
             spec={} if sbe is None else {
                 "spec_tokens": sbe.spec_tokens, "head_start_tokens": sbe.used_tokens,

@@ -38,9 +38,10 @@ from fasttts.beam import Beam, HeadStart
 
 __all__ = ["SpecBranch", "SpeculativeBeamExtension", "speculative_potentials"]
 
-#: Engine priority of speculative sequences (standard beams run at 0; larger runs later and
-#: is preempted first).
-SPEC_PRIORITY = 1
+#: Engine priority of speculative sequences: below every standard beam (standard beams run at
+#: 0, or at their position with prefix-aware scheduling; a larger value runs later and is
+#: preempted first).
+SPEC_PRIORITY = 1 << 20
 
 
 def speculative_potentials(beams: list[Beam], beam_width: int) -> dict[int, int]:

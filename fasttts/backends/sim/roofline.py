@@ -74,6 +74,13 @@ class StepShape:
         self.seqs += 1
 
     @classmethod
+    def uniform(cls, batch: int, new_tokens: int, context: int, logits: bool = True) -> StepShape:
+        """The shape of `batch` identical sequences, in O(1) (the memory planner's inner loop)."""
+        k, c = new_tokens, context
+        return cls(tokens=batch * k, attention_pairs=batch * (k * c + k * (k + 1) // 2),
+                   kv_read_tokens=batch * c, logit_rows=batch if logits else 0, seqs=batch)
+
+    @classmethod
     def of(cls, works: Iterable[SeqWork]) -> StepShape:
         """The shape of a step made of `works`."""
         shape = cls()

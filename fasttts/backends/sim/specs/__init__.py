@@ -37,6 +37,8 @@ class HardwareSpec(BaseModel):
             seconds; 0 on GPUs, where it hides behind the kernels; fitted on CPUs.
         overlap: how far compute and memory time overlap, in [0, 1]: 1 is the pure roofline
             max(compute, memory) (GPUs); 0 adds them (a CPU core that waits on memory).
+        host_bandwidth: achievable device <-> host copy bandwidth (bytes/s) for offloading a KV
+            cache to CPU memory; None where the device memory is host memory (CPUs).
         source: where the numbers come from.
     """
 
@@ -51,6 +53,7 @@ class HardwareSpec(BaseModel):
     step_overhead_s: float = Field(default=0.0, ge=0)
     seq_overhead_s: float = Field(default=0.0, ge=0)
     overlap: float = Field(default=1.0, ge=0, le=1)
+    host_bandwidth: float | None = Field(default=None, gt=0)
     source: str
 
     @property

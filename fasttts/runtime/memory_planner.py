@@ -1,0 +1,193 @@
+"""Asymmetric multi-model memory allocation (FastTTS section 4.3): split a KV-cache budget
+between the verifier and the generator by a roofline model of the whole search iteration.
+
+Roofline-guided KV allocation (section 4.3.1). For N requests (beams), verifier input length
+S, generation length S_dec and mean cached length S_cache during decoding, the iteration takes
+
+    T_tot(B_pre, B_dec) = ceil(N / B_pre) * T_roof(verifier prefill of B_pre x S tokens)
+                        + ceil(N / B_dec) * S_dec * T_roof(generator decode of B_dec sequences
+                                                           at context S_cache)
+
+subject to B_pre * KVBytes_ver(1, S) + B_dec * KVBytes_gen(1, S_dec) <= M. Latency falls
+monotonically with memory, so the optimum uses the whole budget: for every feasible integer
+B_pre the largest B_dec that fits is taken, T_tot evaluated, and the minimum kept; ties go to
+the larger B_dec (decoding is the more memory-sensitive stage). T_roof is
+`fasttts.backends.sim.roofline.step_time` on the hardware spec.
+
+Offloading (section 4.3.2). When M is very small, the inactive model's KV cache can be moved
+to host memory between phases, so each model alone may use all of M:
+B_pre <= M / KVBytes_ver(1, S), B_dec <= M / KVBytes_gen(1, S_dec); this costs moving up to M
+bytes out and M bytes in at each of the two phase switches of an iteration, 4 M / host
+bandwidth. The planner picks whichever of the coupled and the offload plan is faster. Devices
+whose memory is host memory (CPUs) have no host link: offloading does not apply there.
+
+The static split of the search-and-learn baseline (the generator gets a fixed share of M) is
+evaluated by the same T_tot, for comparison.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fasttts.backends.sim.roofline import StepShape, step_time
+from fasttts.backends.sim.specs import HardwareSpec, ModelSpec
+
+__all__ = ["MemoryPlan", "PlanError", "PlanInput", "iteration_time", "plan_memory", "static_plan"]
+
+
+class PlanError(ValueError):
+    """The budget cannot hold one verifier and one generator sequence (and offloading does not
+    apply or is off)."""
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    """The workload and machine the planner sizes for.
+
+    Attributes:
+        memory_bytes: M, the KV-cache budget shared by the two models (bytes).
+        generator, verifier: the models' shapes.
+        hardware: the roofline (P, BW) and host link.
+        num_requests: N, beams per iteration.
+        verifier_len: S, tokens of one verifier input.
+        decode_len: S_dec, tokens a generator sequence generates (and holds in its KV).
+        cache_len: mean cached length during decoding (tokens); default S_dec / 2.
+    """
+
+    memory_bytes: int
+    generator: ModelSpec
+    verifier: ModelSpec
+    hardware: HardwareSpec
+    num_requests: int
+    verifier_len: int
+    decode_len: int
+    cache_len: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("memory_bytes", "num_requests", "verifier_len", "decode_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    @property
+    def kv_ver(self) -> int:
+        """KVBytes_ver(1, S): one verifier sequence's KV (bytes)."""
+        return self.verifier_len * self.verifier.kv_bytes_per_token
+
+    @property
+    def kv_gen(self) -> int:
+        """KVBytes_gen(1, S_dec): one generator sequence's KV (bytes)."""
+        return self.decode_len * self.generator.kv_bytes_per_token
+
+    @property
+    def s_cache(self) -> int:
+        return self.cache_len if self.cache_len is not None else self.decode_len // 2
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """A memory split and the batch caps that go with it.
+
+    Attributes:
+        b_pre: verifier batch (sequences per prefill pass).
+        b_dec: generator decode batch (running sequences).
+        verifier_kv_bytes, generator_kv_bytes: KV-cache sizes (bytes) that hold those batches.
+        offload: the inactive model's KV cache is offloaded to host memory between phases.
+        t_total: predicted iteration time (s), transfer overhead included.
+        t_verify, t_decode: its verifier and generator parts (s).
+        t_offload: the transfer overhead (s), 0 without offloading.
+        kind: "roofline", "offload" or "static".
+    """
+
+    b_pre: int
+    b_dec: int
+    verifier_kv_bytes: int
+    generator_kv_bytes: int
+    offload: bool
+    t_total: float
+    t_verify: float
+    t_decode: float
+    t_offload: float
+    kind: str
+
+    def throughput(self, inp: PlanInput) -> float:
+        """Predicted generated tokens per second of the iteration (N * S_dec / T_tot)."""
+        return inp.num_requests * inp.decode_len / self.t_total
+
+
+def iteration_time(inp: PlanInput, b_pre: int, b_dec: int) -> tuple[float, float]:
+    """(verifier time, generator time) of one iteration at batches (b_pre, b_dec), seconds
+    (the two terms of T_tot; module docstring)."""
+    n, hw = inp.num_requests, inp.hardware
+    pre = step_time(inp.verifier, hw, StepShape.uniform(b_pre, inp.verifier_len, 0, logits=False))
+    dec = step_time(inp.generator, hw, StepShape.uniform(b_dec, 1, inp.s_cache))
+    return math.ceil(n / b_pre) * pre, math.ceil(n / b_dec) * inp.decode_len * dec
+
+
+def _plan(inp: PlanInput, b_pre: int, b_dec: int, kind: str, overhead: float = 0.0) -> MemoryPlan:
+    tv, tg = iteration_time(inp, b_pre, b_dec)
+    return MemoryPlan(b_pre, b_dec, b_pre * inp.kv_ver, b_dec * inp.kv_gen, kind == "offload",
+                      tv + tg + overhead, tv, tg, overhead, kind)
+
+
+def _coupled(inp: PlanInput) -> MemoryPlan | None:
+    n, m = inp.num_requests, inp.memory_bytes
+    best = None
+    for b_pre in range(1, min(n, m // inp.kv_ver) + 1):
+        b_dec = min(n, (m - b_pre * inp.kv_ver) // inp.kv_gen)
+        if b_dec < 1:
+            break
+        tv, tg = iteration_time(inp, b_pre, b_dec)
+        key = (tv + tg, -b_dec)
+        if best is None or key < best[0]:
+            best = (key, b_pre, b_dec)
+    return None if best is None else _plan(inp, best[1], best[2], "roofline")
+
+
+def _offload(inp: PlanInput) -> MemoryPlan | None:
+    bw = inp.hardware.host_bandwidth
+    b_pre = min(inp.num_requests, inp.memory_bytes // inp.kv_ver)
+    b_dec = min(inp.num_requests, inp.memory_bytes // inp.kv_gen)
+    if bw is None or b_pre < 1 or b_dec < 1:
+        return None
+    return _plan(inp, b_pre, b_dec, "offload", 4 * inp.memory_bytes / bw)
+
+
+def plan_memory(inp: PlanInput, allow_offload: bool = True) -> MemoryPlan:
+    """The fastest split of `inp.memory_bytes` (module docstring; FastTTS section 4.3).
+
+    Args:
+        inp: budget, models, hardware, workload.
+        allow_offload: also consider offloading the inactive model's KV cache (section 4.3.2).
+
+    Raises:
+        PlanError: no plan fits (the message gives the per-sequence sizes and the budget).
+    """
+    coupled = _coupled(inp)
+    offload = _offload(inp) if allow_offload else None
+    plans = [p for p in (coupled, offload) if p is not None]
+    if not plans:
+        why = (" and offloading does not apply (the device has no host link)"
+               if allow_offload and inp.hardware.host_bandwidth is None else "")
+        raise PlanError(
+            f"a KV budget of {inp.memory_bytes / 2**20:.1f} MiB cannot hold one verifier sequence "
+            f"of {inp.verifier_len} tokens ({inp.kv_ver / 2**20:.1f} MiB) plus one generator "
+            f"sequence of {inp.decode_len} tokens ({inp.kv_gen / 2**20:.1f} MiB){why}; give "
+            f"more memory or shorter sequences")
+    return min(plans, key=lambda p: (p.t_total, -p.b_dec))
+
+
+def static_plan(inp: PlanInput, generator_share: float = 0.5) -> MemoryPlan:
+    """The baseline's static split: the generator gets `generator_share` of M, the verifier the
+    rest, each batch as large as its share holds (at most N).
+
+    Raises:
+        PlanError: a share cannot hold one sequence.
+    """
+    gen_bytes = int(inp.memory_bytes * generator_share)
+    b_dec = min(inp.num_requests, gen_bytes // inp.kv_gen)
+    b_pre = min(inp.num_requests, (inp.memory_bytes - gen_bytes) // inp.kv_ver)
+    if b_pre < 1 or b_dec < 1:
+        raise PlanError(f"the static split ({generator_share:.2f} of {inp.memory_bytes / 2**20:.1f} "
+                        f"MiB to the generator) cannot hold one sequence of each model")
+    return _plan(inp, b_pre, b_dec, "static")
