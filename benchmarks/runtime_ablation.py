@@ -9,7 +9,8 @@
         --ns 8,16,32,64,128,256,512 --configs baseline,sbe,sbe+la --out runs/sbe-sim
 
 Configs: `baseline` (everything off) or techniques joined by `+`: `sbe` (Speculative Beam
-Extension), `la` (LookAhead Verification), `p` (prefix-aware scheduling); a `:R` suffix sets
+Extension), `la` (LookAhead Verification), `p` (prefix-aware scheduling), `m` (memory planner),
+`o` (its offload option); a `:R` suffix sets
 the truncation ratio (`sbe:0.5`). Every config
 runs every problem at every n in one process; for each problem the configs run back to back in
 an order rotated by the problem's index (so machine-speed swings hit every config alike), and on
@@ -39,7 +40,7 @@ GiB = 1 << 30
 
 
 PARTS = {"sbe": "spec_beam_extension", "la": "lookahead_verification",
-         "p": "prefix_aware_scheduling"}
+         "p": "prefix_aware_scheduling", "m": "memory_planner", "o": "offload"}
 
 
 def runtime_of(name: str) -> RuntimeConfig:

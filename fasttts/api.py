@@ -11,6 +11,19 @@ from fasttts.verifiers import Verifier, build_verifier
 __all__ = ["FastTTS"]
 
 
+def _planner_hardware(config: RunConfig) -> str:
+    """The hardware spec the memory planner uses for real engines: the CPU calibration on the
+    CPU build of vLLM, else the configured device (`--hardware`)."""
+    try:
+        from vllm.platforms import current_platform
+
+        if current_platform.is_cpu():
+            return "cpu-epyc-1thread"
+    except ImportError:
+        pass
+    return config.sim.hardware
+
+
 class FastTTS:
     """A generator, a verifier and a search, ready to solve problems.
 
@@ -32,8 +45,13 @@ class FastTTS:
         generator: GeneratorBackend | None = None,
         verifier: Verifier | None = None,
     ):
-        self.config = config
         make_strategy(config.search)
+        self.plan = None
+        if config.backend == "vllm" and config.runtime.memory_planner and generator is None:
+            from fasttts.runtime.memory_planner import plan_real_engines
+
+            config, self.plan = plan_real_engines(config, _planner_hardware(config))
+        self.config = config
         self.generator = generator
         self.verifier = verifier
         try:

@@ -72,7 +72,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="most verifier requests in flight (B_pre) (default: %(default)s)")
     d = p.add_argument_group("simulated device (--backend sim)")
     d.add_argument("--hardware", default="rtx4090",
-                   help="hardware spec name or .json file (default: %(default)s)")
+                   help="hardware spec name or .json file: the simulated device, and the GPU "
+                        "the memory planner plans for (default: %(default)s)")
     d.add_argument("--memory-fraction", type=float, default=0.9,
                    help="fraction of device memory both engines use (default: %(default)s)")
     d.add_argument("--generator-kv-share", type=float, default=0.5,
@@ -96,6 +97,10 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="LookAhead Verification (needs --spec-beam-extension)")
     f.add_argument("--prefix-aware-scheduling", action="store_true",
                    help="submit beams grouped by parent in lineage order (FastTTS 4.2)")
+    f.add_argument("--memory-planner", action="store_true",
+                   help="roofline-guided KV split and batch caps (FastTTS 4.3)")
+    f.add_argument("--offload", action="store_true",
+                   help="let the memory planner offload the inactive model's KV cache")
     f.add_argument("--spec-truncation-ratio", type=float, default=0.85, metavar="R",
                    help="mean kept fraction of a kept beam's speculative tokens that its "
                         "duplicates inherit (default: %(default)s; 0 = exact equivalence)")
@@ -143,12 +148,14 @@ def _run_config(args: argparse.Namespace):
         raise ValueError("--fasttts and --baseline contradict each other; give one")
     on = args.fasttts
     if args.baseline and (args.spec_beam_extension or args.lookahead_verification
-                          or args.prefix_aware_scheduling):
+                          or args.prefix_aware_scheduling or args.memory_planner or args.offload):
         raise ValueError("--baseline turns every technique off; drop it or the technique flags")
     runtime = RuntimeConfig(
         spec_beam_extension=on or args.spec_beam_extension,
         lookahead_verification=on or args.lookahead_verification,
         prefix_aware_scheduling=on or args.prefix_aware_scheduling,
+        memory_planner=on or args.memory_planner,
+        offload=args.offload,
         spec_truncation_ratio=args.spec_truncation_ratio)
     return RunConfig(
         backend=args.backend,

@@ -161,6 +161,13 @@ class RuntimeConfig(_Strict):
         prefix_aware_scheduling: submit each iteration's beams grouped by parent in lineage
             order, with matching engine priorities (section 4.2,
             `fasttts.runtime.prefix_scheduling`); off = search-and-learn's round-robin order.
+        memory_planner: split the KV memory between verifier and generator, and cap their
+            batches, by the roofline-guided planner (section 4.3.1,
+            `fasttts.runtime.memory_planner`) instead of the static split.
+        offload: let the planner offload the inactive model's KV cache when that is faster
+            (section 4.3.2); needs memory_planner.
+        plan_seq_len: the path length (tokens, prompt included) the planner sizes for; None =
+            256 + max_tokens / 2.
         spec_truncation_ratio: R, mean kept fraction of the speculative tokens a duplicate
             of a kept beam inherits (the paper's best: 0.85; 0 = duplicates inherit nothing,
             exactly equivalent search).
@@ -169,6 +176,9 @@ class RuntimeConfig(_Strict):
     spec_beam_extension: bool = False
     lookahead_verification: bool = False
     prefix_aware_scheduling: bool = False
+    memory_planner: bool = False
+    offload: bool = False
+    plan_seq_len: int | None = Field(default=None, gt=0)
     spec_truncation_ratio: float = Field(default=0.85, ge=0.0, le=1.0)
 
     @model_validator(mode="after")
@@ -176,13 +186,15 @@ class RuntimeConfig(_Strict):
         if self.lookahead_verification and not self.spec_beam_extension:
             raise ValueError("lookahead_verification needs spec_beam_extension (it verifies the "
                              "speculative steps); turn both on, e.g. with --fasttts")
+        if self.offload and not self.memory_planner:
+            raise ValueError("offload is an option of memory_planner; turn the planner on too")
         return self
 
     @classmethod
     def fasttts(cls, **overrides) -> RuntimeConfig:
         """Every FastTTS technique that exists turned on."""
         return cls(**{"spec_beam_extension": True, "lookahead_verification": True,
-                      "prefix_aware_scheduling": True, **overrides})
+                      "prefix_aware_scheduling": True, "memory_planner": True, **overrides})
 
 
 class RunConfig(_Strict):

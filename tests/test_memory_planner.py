@@ -81,3 +81,48 @@ def test_offload_loses_when_memory_is_ample():
 def test_bad_input():
     with pytest.raises(ValueError, match="num_requests must be >= 1"):
         _inp(GiB, n=0)
+
+
+def test_planner_applied_to_the_simulated_device():
+    from fasttts.backends.sim import build_sim
+    from fasttts.config import EngineConfig, RunConfig, RuntimeConfig, SearchConfig, SimConfig, VerifierConfig
+
+    def cfg(**rt):
+        return RunConfig(backend="sim", generator=EngineConfig(model="qwen2.5-math-1.5b"),
+                         verifier=VerifierConfig(engine=EngineConfig(model="math-shepherd-7b")),
+                         search=SearchConfig(n=64), runtime=RuntimeConfig(**rt),
+                         sim=SimConfig(generator_kv_cache_bytes=int(1.5 * GiB),
+                                       verifier_kv_cache_bytes=int(1.5 * GiB)))
+    gen, ver = build_sim(cfg(memory_planner=True))
+    plan = gen.plan
+    assert gen.engine.max_num_seqs == plan.b_dec and ver.engine.max_num_seqs == plan.b_pre
+    kv_total = (gen.engine.kv.num_blocks * 16 * 28672 + ver.engine.kv.num_blocks * 16 * 131072)
+    assert 3 * GiB - 2 * 16 * 131072 <= kv_total <= 3 * GiB
+    base_gen, _ = build_sim(cfg())
+    assert base_gen.plan is None and base_gen.engine.max_num_seqs == 256
+
+
+def test_offload_is_an_option_of_the_planner():
+    from fasttts.config import RuntimeConfig
+
+    with pytest.raises(ValueError, match="offload is an option of memory_planner"):
+        RuntimeConfig(offload=True)
+
+
+def test_real_engine_plan_needs_model_specs():
+    from fasttts.config import EngineConfig, RunConfig, RuntimeConfig, SearchConfig
+    from fasttts.runtime.memory_planner import plan_real_engines
+
+    cfg = RunConfig(runtime=RuntimeConfig(memory_planner=True), search=SearchConfig(n=16))
+    planned, plan = plan_real_engines(cfg, "cpu-epyc-1thread")
+    total = cfg.generator.kv_cache_memory_bytes + cfg.verifier.engine.kv_cache_memory_bytes
+    assert (planned.generator.kv_cache_memory_bytes
+            + planned.verifier.engine.kv_cache_memory_bytes) == total
+    assert planned.generator.extra_engine_args["max_num_seqs"] == plan.b_dec
+    assert planned.verifier.batch_size == plan.b_pre
+    odd = cfg.model_copy(update={"generator": EngineConfig(model="/models/my-own-llm")})
+    with pytest.raises(PlanError, match="no model spec for '/models/my-own-llm'"):
+        plan_real_engines(odd, "cpu-epyc-1thread")
+    off = cfg.model_copy(update={"runtime": RuntimeConfig(memory_planner=True, offload=True)})
+    with pytest.raises(PlanError, match="drop --offload"):
+        plan_real_engines(off, "rtx4090")

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from fasttts.backends.sim.roofline import StepShape, step_time
 from fasttts.backends.sim.specs import HardwareSpec, ModelSpec
 
-__all__ = ["MemoryPlan", "PlanError", "PlanInput", "iteration_time", "plan_memory", "static_plan"]
+__all__ = ["MemoryPlan", "PlanError", "PlanInput", "iteration_time", "plan_for_run", "plan_memory",
+           "plan_real_engines", "static_plan"]
 
 
 class PlanError(ValueError):
@@ -175,6 +176,59 @@ def plan_memory(inp: PlanInput, allow_offload: bool = True) -> MemoryPlan:
             f"sequence of {inp.decode_len} tokens ({inp.kv_gen / 2**20:.1f} MiB){why}; give "
             f"more memory or shorter sequences")
     return min(plans, key=lambda p: (p.t_total, -p.b_dec))
+
+
+def plan_for_run(budget: int, generator: ModelSpec, verifier: ModelSpec, hardware: HardwareSpec,
+                 n: int, seq_len: int, allow_offload: bool) -> tuple[PlanInput, MemoryPlan]:
+    """The plan a run applies: N = n beams, S = S_dec = `seq_len` (the expected path length in
+    tokens, prompt included), S_cache = S_dec / 2.
+
+    Raises:
+        PlanError: nothing fits.
+    """
+    inp = PlanInput(memory_bytes=budget, generator=generator, verifier=verifier,
+                    hardware=hardware, num_requests=n, verifier_len=seq_len, decode_len=seq_len)
+    return inp, plan_memory(inp, allow_offload)
+
+
+def plan_real_engines(cfg, hardware: str):
+    """`cfg` (a RunConfig for real vLLM engines) with the planner's KV sizes and batch caps
+    applied: the generator's and verifier's `kv_cache_memory_bytes` re-split from their sum,
+    the generator's `max_num_seqs` = B_dec, the verifier's batch = B_pre.
+
+    Args:
+        cfg: the run configuration.
+        hardware: hardware spec of the machine (the CPU calibration on CPUs).
+
+    Raises:
+        PlanError: a model without a spec, nothing fits, or offloading asked for (vLLM's
+            sleep mode is not wired up: the offload decision is planned and simulated only).
+    """
+    from fasttts.backends.sim.specs import find_model_spec, load_hardware
+
+    specs = []
+    for model in (cfg.generator.model, cfg.verifier.engine.model):
+        spec = find_model_spec(model)
+        if spec is None:
+            raise PlanError(f"the memory planner has no model spec for {model!r}; add a JSON "
+                            f"spec to fasttts/backends/sim/specs/models/ or turn the planner off")
+        specs.append(spec)
+    if cfg.runtime.offload:
+        raise PlanError("offloading is planned and simulated (--backend sim) but not applied to "
+                        "real vLLM engines yet; drop --offload")
+    gen_cfg, ver_cfg = cfg.generator, cfg.verifier.engine
+    budget = gen_cfg.kv_cache_memory_bytes + ver_cfg.kv_cache_memory_bytes
+    seq_len = min(cfg.runtime.plan_seq_len or 256 + cfg.search.max_tokens // 2,
+                  gen_cfg.max_model_len)
+    _, plan = plan_for_run(budget, specs[0], specs[1], load_hardware(hardware), cfg.search.n,
+                           seq_len, allow_offload=False)
+    ver_kv = max(plan.verifier_kv_bytes, ver_cfg.max_model_len * specs[1].kv_bytes_per_token)
+    gen = gen_cfg.model_copy(update={
+        "kv_cache_memory_bytes": budget - ver_kv,
+        "extra_engine_args": {**gen_cfg.extra_engine_args, "max_num_seqs": plan.b_dec}})
+    ver = cfg.verifier.model_copy(update={
+        "batch_size": plan.b_pre, "engine": ver_cfg.model_copy(update={"kv_cache_memory_bytes": ver_kv})})
+    return cfg.model_copy(update={"generator": gen, "verifier": ver}), plan
 
 
 def static_plan(inp: PlanInput, generator_share: float = 0.5) -> MemoryPlan:

@@ -24,11 +24,14 @@ class SimVerifier(Verifier):
     Args:
         engine: a prefill-only engine (`logits=False`) for the verifier model.
         workload: the score model.
+        offload_s: time charged per scoring call (one search iteration) for moving the
+            inactive model's KV cache to and from host memory when offloading (seconds).
     """
 
-    def __init__(self, engine: SimEngine, workload: Workload):
+    def __init__(self, engine: SimEngine, workload: Workload, offload_s: float = 0.0):
         self.engine = engine
         self.workload = workload
+        self.offload_s = offload_s
         self.name = f"sim:{engine.model.name}"
         self._ids = itertools.count()
         self._step_ids: dict[str, list[int]] = {}  # steps recur every iteration of a search
@@ -47,6 +50,8 @@ class SimVerifier(Verifier):
         return ids[: self.engine.max_model_len]
 
     def score(self, requests: list[ScoreRequest]) -> list[list[float]]:
+        if requests and self.offload_s:
+            self.engine.clock.advance(self.offload_s)
         pending = {}
         try:
             for req in requests:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["HardwareSpec", "ModelSpec", "SpecError", "hardware_names", "load_hardware",
-           "load_model", "model_names"]
+__all__ = ["HardwareSpec", "ModelSpec", "SpecError", "find_model_spec", "hardware_names",
+           "load_hardware", "load_model", "model_names"]
 
 _DIR = Path(__file__).parent
 
@@ -163,6 +163,17 @@ def load_model(name_or_path: str) -> ModelSpec:
         SpecError: unknown name (lists the known ones) or a malformed file.
     """
     return _load("models", name_or_path, ModelSpec)
+
+
+def find_model_spec(model: str) -> ModelSpec | None:
+    """The bundled spec of a model given by spec name, Hugging Face id or a path ending in
+    either (case-insensitive); None if there is none."""
+    key = model.rstrip("/").lower()
+    for name in _names("models"):
+        spec = load_model(name)
+        if key in (spec.name, spec.hf_id.lower()) or key.endswith(("/" + spec.name, spec.hf_id.lower())):
+            return spec
+    return None
 
 
 def hardware_names() -> list[str]:
