@@ -83,7 +83,9 @@ class Backend:
                 model=a.verifier or ("math-shepherd-7b" if sim else DEFAULT_VERIFIER))),
             search=SearchConfig(method=a.method, n=n, beam_width=a.beam_width,
                                 max_tokens=a.max_tokens, seed=a.seed),
-            sim=SimConfig(hardware=a.hardware) if sim else SimConfig(),
+            sim=SimConfig(hardware=a.hardware, **({} if a.kv_budget_gib is None else {
+                "generator_kv_cache_bytes": int(a.kv_budget_gib * GiB / 2),
+                "verifier_kv_cache_bytes": int(a.kv_budget_gib * GiB / 2)})) if sim else SimConfig(),
             runtime=runtime,
         )
 
@@ -152,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--configs", default="baseline,sbe,sbe+la")
     p.add_argument("--max-tokens", type=int, default=2048)
     p.add_argument("--kv-cache-gib", type=int, default=1, help="real backend: KV cache per engine")
+    p.add_argument("--kv-budget-gib", type=float, default=None,
+                   help="sim: both KV caches together (split in half; the planner re-splits)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
