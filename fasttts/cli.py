@@ -87,20 +87,16 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="workload model .json, or a trace.jsonl from a real `fasttts eval` run "
                         "(default: the parametric model)")
     f = p.add_argument_group("FastTTS techniques (default: all off, the search-and-learn baseline)")
-    f.add_argument("--fasttts", action="store_true",
-                   help="turn on every FastTTS technique that exists")
-    f.add_argument("--baseline", action="store_true",
-                   help="turn every FastTTS technique off (the default)")
-    f.add_argument("--spec-beam-extension", action="store_true",
-                   help="Speculative Beam Extension with two-phase preemptible scheduling")
-    f.add_argument("--lookahead-verification", action="store_true",
-                   help="LookAhead Verification (needs --spec-beam-extension)")
-    f.add_argument("--prefix-aware-scheduling", action="store_true",
-                   help="submit beams grouped by parent in lineage order (FastTTS 4.2)")
-    f.add_argument("--memory-planner", action="store_true",
-                   help="roofline-guided KV split and batch caps (FastTTS 4.3)")
-    f.add_argument("--offload", action="store_true",
-                   help="let the memory planner offload the inactive model's KV cache")
+    for flag, help_ in (
+        ("--fasttts", "turn on every FastTTS technique that exists"),
+        ("--baseline", "turn every FastTTS technique off (the default)"),
+        ("--spec-beam-extension", "Speculative Beam Extension, two-phase preemptible scheduling"),
+        ("--lookahead-verification", "LookAhead Verification (needs --spec-beam-extension)"),
+        ("--prefix-aware-scheduling", "submit beams grouped by parent in lineage order (4.2)"),
+        ("--memory-planner", "roofline-guided KV split and batch caps (FastTTS 4.3)"),
+        ("--offload", "let the memory planner offload the inactive model's KV cache"),
+    ):
+        f.add_argument(flag, action="store_true", help=help_)
     f.add_argument("--spec-truncation-ratio", type=float, default=0.85, metavar="R",
                    help="mean kept fraction of a kept beam's speculative tokens that its "
                         "duplicates inherit (default: %(default)s; 0 = exact equivalence)")

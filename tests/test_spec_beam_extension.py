@@ -141,3 +141,26 @@ def test_runtime_config_rules():
         RuntimeConfig(spec_truncation_ratio=1.5)
     on = RuntimeConfig.fasttts()
     assert on.spec_beam_extension and on.lookahead_verification
+
+
+def test_cli_technique_flags(tmp_path, capsys):
+    import json
+
+    from fasttts.cli import main
+
+    args = ["eval", "--backend", "sim", "--dataset", "aime24", "--limit", "2", "--n", "8"]
+    assert main(args + ["--fasttts", "--output-dir", str(tmp_path / "f")]) == 0
+    cfg = json.loads((tmp_path / "f" / "config.json").read_text())["config"]["runtime"]
+    assert cfg["spec_beam_extension"] and cfg["lookahead_verification"]
+    assert cfg["prefix_aware_scheduling"] and cfg["memory_planner"]
+    rec = json.loads((tmp_path / "f" / "results.jsonl").read_text().splitlines()[0])
+    assert rec["spec"]["branches"] > 0 and rec["batch_occupancy"] > 0
+    assert "generation batch occupancy" in capsys.readouterr().out
+    for bad, msg in ((["--fasttts", "--baseline"], "contradict"),
+                     (["--baseline", "--spec-beam-extension"], "--baseline turns every technique off"),
+                     (["--lookahead-verification"], "needs spec_beam_extension"),
+                     (["--offload"], "offload is an option of memory_planner"),
+                     (["--spec-beam-extension", "--spec-truncation-ratio", "2"], "spec_truncation_ratio")):
+        assert main(args + bad + ["--output-dir", str(tmp_path / "bad")]) == 2
+        assert msg in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
