@@ -148,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--verifier", default=None)
     p.add_argument("--dataset", default="aime24")
     p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--offset", type=int, default=0, help="skip the first problems")
     p.add_argument("--method", default="beam_search")
     p.add_argument("--beam-width", type=int, default=4)
     p.add_argument("--ns", default="8,16")
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             if line.strip():
                 r = json.loads(line)
                 done[(r["id"], r["n"], r["config"])] = r
-    problems = load_dataset(args.dataset, limit=args.limit)
+    problems = load_dataset(args.dataset, limit=args.limit, offset=args.offset)
     ns = [int(x) for x in args.ns.split(",")]
     names = args.configs.split(",")
     runtimes = {name: runtime_of(name) for name in names}
