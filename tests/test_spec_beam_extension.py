@@ -131,8 +131,23 @@ def test_memory_preemption_stops_speculation_and_frees_blocks():
     assert base[0] == spec[0]  # preempted or not, the search decides the same
 
 
-def test_speculative_sequences_run_at_the_lowest_priority():
-    assert sbe_mod.SPEC_PRIORITY > 0
+def test_speculative_sequences_are_preempted_first():
+    """Under memory pressure the engine preempts a speculative sequence, not a standard beam
+    that arrived after it."""
+    from fasttts.backends.sim.engine import SimEngine, SimSequence, VirtualClock
+    from fasttts.backends.sim.specs import load_hardware, load_model
+
+    eng = SimEngine(load_model("qwen2.5-math-1.5b"), load_hardware("rtx4090"), VirtualClock(),
+                    num_blocks=6, block_size=4, max_num_seqs=8, max_num_batched_tokens=64,
+                    max_model_len=16)
+    spec = SimSequence("spec", list(range(100, 108)), priority=sbe_mod.SPEC_PRIORITY)
+    std = SimSequence("std", list(range(200, 208)), priority=7)  # a late standard beam
+    eng.add(spec)
+    eng.add(std)
+    while not eng.num_preemptions:
+        for s in eng.step():
+            s.token_ids.append(1)
+    assert not spec.running and std.running
 
 
 def test_runtime_config_rules():

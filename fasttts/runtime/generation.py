@@ -144,11 +144,11 @@ def extend_beams(
             if head is not None and head.finish_reason == "stop":
                 head_scores[seq_id] = head.step_scores
         pending = set(by_seq)
+        slots = min(len(by_seq), generator.max_num_seqs) or 1
         if speculator is not None:
             speculator.begin(
                 generator, beams, req.iteration, req.prompt_ids,
-                lambda b, j: params(b, b.beam_id, j, (req.step_delimiter,)), len(by_seq))
-        slots = min(len(by_seq), getattr(generator, "max_num_seqs", len(by_seq))) or 1
+                lambda b, j: params(b, b.beam_id, j, (req.step_delimiter,)), slots)
         while pending:
             updates = generator.step()
             trace.record(generator.now(), len(pending),

@@ -178,17 +178,29 @@ def plan_memory(inp: PlanInput, allow_offload: bool = True) -> MemoryPlan:
     return min(plans, key=lambda p: (p.t_total, -p.b_dec))
 
 
-def plan_for_run(budget: int, generator: ModelSpec, verifier: ModelSpec, hardware: HardwareSpec,
-                 n: int, seq_len: int, allow_offload: bool) -> tuple[PlanInput, MemoryPlan]:
-    """The plan a run applies: N = n beams, S = S_dec = `seq_len` (the expected path length in
-    tokens, prompt included), S_cache = S_dec / 2.
+def plan_for_run(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
+                 hardware: HardwareSpec, allow_offload: bool,
+                 verifier_min_tokens: int) -> tuple[MemoryPlan, int]:
+    """The plan a run applies, and the verifier's KV-cache size under it (bytes).
+
+    The workload: N = search n beams, S = S_dec = `runtime.plan_seq_len` (default 256 +
+    max_tokens / 2 tokens, at most the generator's context), S_cache = S_dec / 2. Without
+    offloading the verifier gets what B_pre sequences need, but at least
+    `verifier_min_tokens` tokens (one longest sequence), and the generator the rest of
+    `budget` (decoding is the more memory-sensitive stage); with offloading each gets all of it.
 
     Raises:
         PlanError: nothing fits.
     """
+    seq_len = min(cfg.runtime.plan_seq_len or 256 + cfg.search.max_tokens // 2,
+                  cfg.generator.max_model_len)
     inp = PlanInput(memory_bytes=budget, generator=generator, verifier=verifier,
-                    hardware=hardware, num_requests=n, verifier_len=seq_len, decode_len=seq_len)
-    return inp, plan_memory(inp, allow_offload)
+                    hardware=hardware, num_requests=cfg.search.n, verifier_len=seq_len,
+                    decode_len=seq_len)
+    plan = plan_memory(inp, allow_offload)
+    if plan.offload:
+        return plan, budget
+    return plan, max(plan.verifier_kv_bytes, verifier_min_tokens * verifier.kv_bytes_per_token)
 
 
 def plan_real_engines(cfg, hardware: str):
@@ -218,11 +230,8 @@ def plan_real_engines(cfg, hardware: str):
                         "real vLLM engines yet; drop --offload")
     gen_cfg, ver_cfg = cfg.generator, cfg.verifier.engine
     budget = gen_cfg.kv_cache_memory_bytes + ver_cfg.kv_cache_memory_bytes
-    seq_len = min(cfg.runtime.plan_seq_len or 256 + cfg.search.max_tokens // 2,
-                  gen_cfg.max_model_len)
-    _, plan = plan_for_run(budget, specs[0], specs[1], load_hardware(hardware), cfg.search.n,
-                           seq_len, allow_offload=False)
-    ver_kv = max(plan.verifier_kv_bytes, ver_cfg.max_model_len * specs[1].kv_bytes_per_token)
+    plan, ver_kv = plan_for_run(cfg, budget, specs[0], specs[1], load_hardware(hardware),
+                                allow_offload=False, verifier_min_tokens=ver_cfg.max_model_len)
     gen = gen_cfg.model_copy(update={
         "kv_cache_memory_bytes": budget - ver_kv,
         "extra_engine_args": {**gen_cfg.extra_engine_args, "max_num_seqs": plan.b_dec}})

@@ -93,15 +93,12 @@ def schedule_cost(cots: list[Sequence[int]], capacity: int | None = None) -> int
         The eviction cost in nodes (the last trie's nodes count: they are evicted at the end).
     """
     tries: list[set] = []
-    paths: list[list[tuple]] = []
     for cot in cots:
         nodes = {tuple(cot[:k + 1]) for k in range(len(cot))}
         if tries and capacity is not None and len(tries[-1] | nodes) <= capacity:
             tries[-1] |= nodes
-            paths[-1].append(tuple(cot))
         else:
             tries.append(nodes)
-            paths.append([tuple(cot)])
     cost = 0
     for i, t in enumerate(tries):
         cost += len(t)

@@ -132,18 +132,19 @@ class SpeculativeBeamExtension:
     # ---- one generation phase -------------------------------------------------------------
 
     def begin(self, generator: GeneratorBackend, beams: list[Beam], iteration: int,
-              prompt_ids: list[int], params_of, num_standard: int) -> None:
+              prompt_ids: list[int], params_of, slots: int) -> None:
         """Start the phase of `iteration` over the submitted `beams`.
 
         Args:
             params_of: callable (beam, branch) -> GenerationParams of a speculative branch.
-            num_standard: standard sequences submitted (the batch to keep full).
+            slots: the batch to keep full: standard sequences submitted, at most the engine's
+                max_num_seqs.
         """
         self.results = {}
         self._live = {}
         self._cands = []
         self._potential = speculative_potentials(beams, self.beam_width)
-        self._slots = min(num_standard, getattr(generator, "max_num_seqs", num_standard))
+        self._slots = slots
         self._preemptions = generator.cache_stats().num_preemptions
         self._prompt_ids, self._params_of, self._iteration = prompt_ids, params_of, iteration
         self._order = 0

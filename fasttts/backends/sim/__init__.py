@@ -92,19 +92,12 @@ def build_sim(cfg: RunConfig, workload: Workload | None = None) -> tuple[SimGene
         from fasttts.runtime.memory_planner import plan_for_run
 
         budget = gen_kv + ver_kv
-        seq_len = min(cfg.runtime.plan_seq_len or 256 + cfg.search.max_tokens // 2,
-                      cfg.generator.max_model_len)
-        _, plan = plan_for_run(budget, gen, ver, hw, cfg.search.n, seq_len, cfg.runtime.offload)
+        plan, ver_kv = plan_for_run(
+            cfg, budget, gen, ver, hw, cfg.runtime.offload,
+            verifier_min_tokens=-(-cfg.verifier.engine.max_model_len // bs) * bs)
         max_seqs, b_pre = plan.b_dec, plan.b_pre
-        if plan.offload:
-            gen_kv = ver_kv = budget
-            offload_s = plan.t_offload
-        else:
-            # the verifier gets what its batch needs (at least one longest sequence), the
-            # generator the rest: decoding is the more memory-sensitive stage
-            ver_kv = max(plan.verifier_kv_bytes,
-                         -(-cfg.verifier.engine.max_model_len // bs) * bs * ver.kv_bytes_per_token)
-            gen_kv = budget - ver_kv
+        gen_kv = budget if plan.offload else budget - ver_kv
+        offload_s = plan.t_offload
     gen_engine = SimEngine(gen, hw, clock, gen_kv // (bs * gen.kv_bytes_per_token), bs,
                            max_seqs, sim.max_num_batched_tokens, cfg.generator.max_model_len)
     ver_engine = SimEngine(ver, hw, clock, ver_kv // (bs * ver.kv_bytes_per_token), bs,
