@@ -115,6 +115,22 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     s.add_argument("--agg-strategy", default="last", choices=AGG_STRATEGIES,
                    help="step-score aggregation (default: %(default)s)")
     s.add_argument("--seed", type=int, default=0)
+    for flag, kind, help_ in (
+        ("--lookahead", int, "greedy lookahead steps k before scoring (beam_search, dvts, "
+                             "dynamic_branching, vg_search; default 0)"),
+        ("--granularity", int, "vg_search: verify and branch every g steps (default 2)"),
+        ("--branch-temperature", float, "dynamic_branching: softmax temperature (default 0.2)"),
+        ("--sart-m", int, "sart: completed branches that stop the request, M (default n/2)"),
+        ("--sart-alpha", float, "sart: phase-1 pruning threshold alpha (default 0.5)"),
+        ("--sart-beta", int, "sart: most branches pruned in phase 1, beta (default n/2)"),
+        ("--sart-t", int, "sart: decode steps (tokens) between pruning checks, T (default 64)"),
+    ):
+        s.add_argument(flag, type=kind, default=None, help=help_)
+
+
+#: Method parameters whose flags are passed on only when given (each belongs to one method).
+METHOD_FLAGS = ("lookahead", "granularity", "branch_temperature", "sart_m", "sart_alpha",
+                "sart_beta", "sart_t")
 
 
 def _run_config(args: argparse.Namespace):
@@ -164,7 +180,9 @@ def _run_config(args: argparse.Namespace):
                                 batch_size=args.verifier_batch_size),
         search=SearchConfig(method=args.method, n=args.n, beam_width=args.beam_width,
                             num_iterations=args.num_iterations, temperature=args.temperature,
-                            top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed),
+                            top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed,
+                            **{k: getattr(args, k) for k in METHOD_FLAGS
+                               if getattr(args, k) is not None}),
     )
 
 

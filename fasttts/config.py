@@ -96,6 +96,17 @@ class SearchConfig(_Strict):
         step_delimiter: text that ends a step, shared by generator and verifier.
         seed: base seed; per-sequence seeds derive from (seed, problem, iteration, beam).
         system_prompt: system message of the generator's chat prompt.
+        lookahead: search-and-learn's greedy lookahead k: each new step is scored after k more
+            greedy (temperature 0) steps are rolled out from it (steps; 0 = off). Methods that
+            select between paths only (beam_search, dvts, dynamic_branching, vg_search).
+        granularity: VG-search's g: verify and branch every g steps (steps; vg_search).
+        branch_temperature: dynamic branching's softmax temperature over path scores (lower
+            = more children for the best paths; dynamic_branching).
+        sart_m: SART's M, completed branches that stop the request (default n // 2).
+        sart_alpha: SART's alpha, the phase-1 pruning threshold on PRM scores in [0, 1].
+        sart_beta: SART's beta, most branches phase 1 may prune (default n // 2).
+        sart_t: SART's T, decode steps (tokens) between pruning checks; a check runs at the
+            first step boundary after T tokens (tokens).
     """
 
     method: str = "beam_search"
@@ -108,6 +119,13 @@ class SearchConfig(_Strict):
     step_delimiter: str = "\n\n"
     seed: int = 0
     system_prompt: str | None = None
+    lookahead: int = Field(default=0, ge=0)
+    granularity: int = Field(default=2, gt=0)
+    branch_temperature: float = Field(default=0.2, gt=0.0)
+    sart_m: int | None = Field(default=None, gt=0)
+    sart_alpha: float = Field(default=0.5, ge=0.0, le=1.0)
+    sart_beta: int | None = Field(default=None, ge=0)
+    sart_t: int = Field(default=64, gt=0)
 
     @field_validator("step_delimiter")
     @classmethod

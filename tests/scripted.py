@@ -14,7 +14,8 @@ from fasttts.verifiers.base import ScoreRequest, Verifier
 
 class ScriptedGenerator(GeneratorBackend):
     """Beam `b` generates `script[b]` (one char = one token). A script ending in "<eos>"
-    finishes with end-of-sequence after the text before it."""
+    finishes with end-of-sequence after the text before it. A greedy lookahead rollout j of
+    beam b (sequence tag "la<j>") generates `script["la<j>:<b>"]`."""
 
     def __init__(self, script: dict[int, str], chars_per_step: int = 3, max_model_len: int = 4096):
         self.script = script
@@ -34,7 +35,8 @@ class ScriptedGenerator(GeneratorBackend):
 
     def add_sequence(self, seq_id, prompt_token_ids, params, priority=0):
         beam_id = int(seq_id.rsplit("/b", 1)[1])
-        text = self.script[beam_id]
+        tag = seq_id.rsplit("/", 2)[1].partition("la")
+        text = self.script[f"la{tag[2]}:{beam_id}" if tag[1] else beam_id]
         eos = text.endswith("<eos>")
         text = text.removesuffix("<eos>")
         # Cut at the first stop string (kept), as vLLM does with include_stop_str_in_output.

@@ -97,10 +97,9 @@ class _ReversedSubmission:
 
 def _selections(cfg, wrap=None):
     gen, ver = build_sim(cfg)
-    runner = SearchRunner(wrap(gen) if wrap else gen, ver, cfg.search)
     picked = []
-    select = runner.strategy.select
-    runner.strategy.select = lambda live: picked.append([b.beam_id for b in select(live)]) or select(live)
+    runner = SearchRunner(wrap(gen) if wrap else gen, ver, cfg.search,
+                          on_select=lambda it, kept: picked.append([b.beam_id for b in kept]))
     result = runner.run(PROBLEM, "p")
     return picked, [(b.beam_id, b.text, b.step_scores) for b in result.completions], gen
 

@@ -30,10 +30,10 @@ def _run(runtime, problem, n=16, **sim):
     """(selected beams per iteration, completions, result, generator) of one search."""
     cfg = _cfg(runtime, n, **sim)
     gen, ver = build_sim(cfg)
-    runner = SearchRunner(gen, ver, cfg.search, runtime=cfg.runtime)
-    picked, select = [], runner.strategy.select
-    runner.strategy.select = lambda live: picked.append(
-        [(b.beam_id, b.text, tuple(b.step_scores)) for b in select(live)]) or select(live)
+    picked = []
+    runner = SearchRunner(gen, ver, cfg.search, runtime=cfg.runtime,
+                          on_select=lambda it, kept: picked.append(
+                              [(b.beam_id, b.text, tuple(b.step_scores)) for b in kept]))
     result = runner.run(problem, "p")
     done = [(b.beam_id, b.text, b.step_scores) for b in result.completions]
     return picked, done, result, gen

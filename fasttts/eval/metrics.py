@@ -112,6 +112,8 @@ def problem_record(result: SearchResult, gold: str | None, problem: str = "") ->
         "batch_occupancy": result.mean_occupancy,
         "prefix_schedule_cost": result.schedule_cost,
         "spec": result.spec or None,
+        "stopped_early": result.stopped_early,
+        "search_stats": result.search_stats or None,
         "completions": [
             {
                 "beam_id": b.beam_id,

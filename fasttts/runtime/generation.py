@@ -41,6 +41,8 @@ class StepRequest:
         seed: base seed; with the beam's parent and branch it gives the sequence's seed.
         ordered_priorities: give the i-th beam engine priority i, so a memory-bound engine
             admits beams in the submitted order (prefix-aware scheduling); else all 0.
+        tag: added to the sequence ids of this call (e.g. "la1" for lookahead rollouts), so
+            extra generations of the same beams in one iteration get distinct ids.
     """
 
     prompt_ids: list[int]
@@ -53,6 +55,7 @@ class StepRequest:
     iteration: int
     step_delimiter: str = "\n\n"
     ordered_priorities: bool = False
+    tag: str = ""
 
 
 @dataclass
@@ -137,7 +140,7 @@ def extend_beams(
                     _finish_step(beam, text0, "length", req, pieces0)
                 beam.finished, beam.finish_reason = True, "length"
                 continue
-            seq_id = f"{req.problem_key}/it{req.iteration}/b{beam.beam_id}"
+            seq_id = f"{req.problem_key}/it{req.iteration}{req.tag}/b{beam.beam_id}"
             generator.add_sequence(seq_id, req.prompt_ids + beam.token_ids, p,
                                    priority=position if req.ordered_priorities else 0)
             by_seq[seq_id], new_text[seq_id], pieces[seq_id] = beam, text0, pieces0

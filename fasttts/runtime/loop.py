@@ -17,11 +17,12 @@ from fasttts.beam import Beam
 from fasttts.config import RuntimeConfig, SearchConfig
 from fasttts.runtime.generation import GenerationTrace, StepRequest, extend_beams
 from fasttts.runtime.lookahead import plan_requests
+from fasttts.runtime.rollout import lookahead_rollouts
 from fasttts.runtime.prefix_scheduling import baseline_order, prefix_aware_order, schedule_cost
 from fasttts.runtime.spec_beam_extension import SpeculativeBeamExtension
 from fasttts.search import make_strategy
 from fasttts.steps import build_messages
-from fasttts.verifiers.base import Verifier, aggregate
+from fasttts.verifiers.base import ScoreRequest, Verifier, aggregate
 
 __all__ = ["PromptTooLongError", "SearchResult", "SearchRunner"]
 
@@ -55,6 +56,8 @@ class SearchResult:
         spec: speculative beam extension counters (empty when off): tokens generated
             speculatively, tokens adopted as head starts, branches launched, phases stopped by
             preemption, lookahead requests sent.
+        stopped_early: the method stopped the search with paths still live (SART's M).
+        search_stats: the method's own decisions worth reporting (SART: checks, prunings).
     """
 
     problem_key: str
@@ -73,6 +76,8 @@ class SearchResult:
     schedule_cost: int = 0
     clock: str = "wall"
     spec: dict[str, int] = field(default_factory=dict)
+    stopped_early: bool = False
+    search_stats: dict = field(default_factory=dict)
 
     @property
     def latency(self) -> float:
@@ -89,6 +94,8 @@ class SearchRunner:
         search: the search configuration (method and its parameters).
         agg_strategy: how step scores become a path score (`last|min|prod|mean`).
         runtime: the FastTTS techniques to use (default: none, the baseline).
+        on_select: called as on_select(iteration, kept) after each selection (kept: the beams
+            that survive; for tests and traces of the search decisions).
 
     Raises:
         fasttts.search.SearchConfigError: the search configuration is invalid.
@@ -101,14 +108,16 @@ class SearchRunner:
         search: SearchConfig,
         agg_strategy: str = "last",
         runtime: RuntimeConfig | None = None,
+        on_select=None,
     ):
         self.generator = generator
         self.verifier = verifier
         self.cfg = search
         self.runtime = runtime or RuntimeConfig()
-        self.strategy = make_strategy(search)
+        make_strategy(search)  # validates; each search gets a fresh strategy
         aggregate([1.0], agg_strategy)  # validates the name
         self.agg_strategy = agg_strategy
+        self.on_select = on_select
 
     def run(self, problem: str, problem_key: str = "problem") -> SearchResult:
         """Search for solutions of one problem.
@@ -119,6 +128,7 @@ class SearchRunner:
         """
         cfg = self.cfg
         prompt_ids = self.prompt_ids(problem, problem_key)
+        strategy = make_strategy(cfg)  # per-search state starts fresh
         ids = itertools.count()
         cache_before = self.generator.cache_stats()
         start = self.generator.now()
@@ -128,15 +138,19 @@ class SearchRunner:
         gen_time = ver_time = 0.0
         num_sequences = 0
         iteration = -1
+        stopped_early = False
         rt = self.runtime
         sbe = (SpeculativeBeamExtension(cfg.beam_width, rt.spec_truncation_ratio, cfg.seed,
                                         problem_key) if rt.spec_beam_extension else None)
         num_lookahead = 0
         previous: list[int] = []
         cost = 0
-        for iteration in range(self.strategy.num_iterations):
-            last = iteration == self.strategy.num_iterations - 1
-            children = self.strategy.expand(kept, iteration, lambda: next(ids))
+        for iteration in range(strategy.num_iterations):
+            last = iteration == strategy.num_iterations - 1
+            children = strategy.expand(kept, iteration, lambda: next(ids))
+            if not children:
+                iteration -= 1
+                break
             order = prefix_aware_order if rt.prefix_aware_scheduling else baseline_order
             previous_parents = previous
             children = order(children, previous)
@@ -160,33 +174,42 @@ class SearchRunner:
             t0 = self.generator.now()
             extend_beams(self.generator, children, step_req, trace,
                          None if last else sbe)
+            to_score = strategy.to_verify(children, iteration)
+            rollouts = (lookahead_rollouts(self.generator, to_score, cfg.lookahead, step_req, trace)
+                        if cfg.lookahead and not last else {})
             t1 = self.generator.now()
             lookahead = sbe.complete_branches() if sbe is not None and rt.lookahead_verification else []
             # The PRM always gets search-and-learn's round-robin order, whatever the generator's:
             # its first wave then references every parent's cached prefix before new blocks
             # evict any (prefix-cache hit rate 0.94 vs 0.74 in grouped order, simulated
             # 7B PRM with a 0.75 GiB KV cache, n = 64).
-            num_lookahead += self._verify(problem, baseline_order(children, previous_parents),
-                                          lookahead)
+            num_lookahead += self._verify(problem, baseline_order(to_score, previous_parents),
+                                          lookahead, strategy.outcome_scoring, rollouts)
             t2 = self.generator.now()
             gen_time += t1 - t0
             ver_time += t2 - t1
-            live = []
+            live, finished = [], []
             for beam in children:
                 beam.generator_time += t1 - t0
                 beam.verifier_time += t2 - t1
                 if beam.finished:
                     beam.finish_time = t2
-                    completed.append(beam)
+                    finished.append(beam)
                 else:
                     live.append(beam)
+            completed += finished
             if not live:
                 break
-            kept = self.strategy.select(live)
+            kept = strategy.select(live, finished)
+            if self.on_select is not None:
+                self.on_select(iteration, kept)
+            if live and strategy.should_stop(completed):
+                stopped_early = True
+                break
         end = self.generator.now()
         return SearchResult(
             problem_key=problem_key,
-            completions=self.strategy.finalize(completed),
+            completions=strategy.finalize(completed),
             num_iterations=iteration + 1,
             start_time=start,
             end_time=end,
@@ -200,6 +223,8 @@ class SearchRunner:
             mean_occupancy=trace.mean_occupancy(),
             schedule_cost=cost,
             clock=self.generator.clock_kind,
+            stopped_early=stopped_early,
+            search_stats=strategy.stats(),
             spec={} if sbe is None else {
                 "spec_tokens": sbe.spec_tokens, "head_start_tokens": sbe.used_tokens,
                 "branches": sbe.num_branches, "preempted_phases": sbe.num_stopped,
@@ -223,13 +248,30 @@ class SearchRunner:
             )
         return ids
 
-    def _verify(self, problem: str, beams: list[Beam], lookahead=()) -> int:
-        """Score the steps each beam has not had scored yet (with LookAhead Verification, plus
-        the complete speculative steps), then each beam's aggregated score. Returns the number
-        of lookahead requests."""
-        plan = plan_requests(problem, beams, list(lookahead), self.cfg.step_delimiter)
+    def _verify(self, problem: str, beams: list[Beam], lookahead=(), outcome: bool = False,
+                rollouts: dict[int, Beam] | None = None) -> int:
+        """Score the steps each beam has not had scored yet, then set each beam's aggregated
+        score. Returns the number of LookAhead Verification requests.
+
+        With LookAhead Verification, complete speculative steps ride along
+        (`fasttts.runtime.lookahead`). With `outcome`, a finished beam is scored once as a
+        whole (one request whose single step is its text) and that score is its score. A beam
+        with a greedy rollout in `rollouts` is scored through it
+        (`fasttts.runtime.rollout`)."""
+        if outcome:
+            done = [b for b in beams if b.finished]
+            scores = self.verifier.score([ScoreRequest(problem, (b.text,)) for b in done]) if done else []
+            for beam, sc in zip(done, scores):
+                beam.score = sc[0]
+            return 0
+        rollouts = rollouts or {}
+        scored = [rollouts.get(b.beam_id, b) for b in beams]
+        plan = plan_requests(problem, scored, list(lookahead), self.cfg.step_delimiter)
         if plan.requests:
             plan.apply(self.verifier.score(plan.requests))
-        for beam in beams:
-            beam.score = aggregate(beam.step_scores, self.agg_strategy) if beam.step_scores else 0.0
+        for beam, src in zip(beams, scored):
+            if src is not beam:
+                beam.step_scores = src.step_scores[: len(beam.steps)]
+            beam.score = aggregate(src.step_scores, self.agg_strategy) if src.step_scores else 0.0
         return plan.num_lookahead
+

@@ -4,21 +4,39 @@ from fasttts.config import SearchConfig
 from fasttts.search.base import SearchConfigError, SearchStrategy
 from fasttts.search.beam_search import BeamSearch
 from fasttts.search.best_of_n import BestOfN
+from fasttts.search.best_of_n_orm import BestOfNOutcome
+from fasttts.search.dvts import DVTS
+from fasttts.search.dynamic_branching import DynamicBranching
+from fasttts.search.sart import SART
+from fasttts.search.self_consistency import SelfConsistency
+from fasttts.search.vg_search import VGSearch
 
-__all__ = ["METHODS", "SearchConfigError", "SearchStrategy", "make_strategy"]
+__all__ = ["METHODS", "METHOD_PARAMS", "SearchConfigError", "SearchStrategy", "make_strategy"]
 
 #: Search methods by name.
-METHODS: dict[str, type[SearchStrategy]] = {cls.name: cls for cls in (BeamSearch, BestOfN)}
+METHODS: dict[str, type[SearchStrategy]] = {cls.name: cls for cls in (
+    BeamSearch, BestOfN, BestOfNOutcome, DVTS, DynamicBranching, SART, SelfConsistency, VGSearch)}
+
+
+#: Method-specific `SearchConfig` fields and the method they belong to.
+METHOD_PARAMS = {"granularity": "vg_search", "branch_temperature": "dynamic_branching",
+                 "sart_m": "sart", "sart_alpha": "sart", "sart_beta": "sart", "sart_t": "sart"}
 
 
 def make_strategy(cfg: SearchConfig) -> SearchStrategy:
-    """The strategy for `cfg.method`, validated against `cfg`.
+    """A fresh strategy for `cfg.method` (one per search), validated against `cfg`.
 
     Raises:
-        SearchConfigError: unknown method (lists the methods) or invalid parameters.
+        SearchConfigError: unknown method (lists the methods), a parameter of another method
+            set explicitly, or invalid parameters.
     """
     if cfg.method not in METHODS:
         raise SearchConfigError(
             f"unknown search method {cfg.method!r}; methods: {', '.join(sorted(METHODS))}"
         )
+    for name in sorted(cfg.model_fields_set):
+        owner = METHOD_PARAMS.get(name)
+        if owner is not None and owner != cfg.method:
+            raise SearchConfigError(f"{name} is a parameter of method {owner}, not of "
+                                    f"{cfg.method}; drop it or use --method {owner}")
     return METHODS[cfg.method](cfg)

@@ -1,9 +1,11 @@
 """The search-policy interface over the shared generate -> verify -> select loop.
 
 A strategy decides *what*: which beams to extend and how many children each gets (`expand`),
-which unfinished beams survive an iteration (`select`), and which completions are returned
+which new steps the PRM scores (`to_verify`), which unfinished beams survive an iteration
+(`select`), when the search stops early (`should_stop`), and which completions are returned
 (`finalize`). The runtime (`fasttts.runtime.loop`) decides *how and when* and never changes
-these decisions (FastTTS section 4.1, algorithmic equivalence).
+these decisions (FastTTS section 4.1, algorithmic equivalence). A strategy object serves one
+problem: the runner makes a fresh one per search, so strategies may keep per-search state.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import ClassVar
 from fasttts.beam import Beam
 from fasttts.config import SearchConfig
 
-__all__ = ["SearchConfigError", "SearchStrategy", "by_score", "fan_out"]
+__all__ = ["SearchConfigError", "SearchStrategy", "by_score", "fan_out", "require_multiple"]
 
 
 class SearchConfigError(ValueError):
@@ -49,13 +51,27 @@ class SearchStrategy(ABC):
     """
 
     name: ClassVar[str]
+    #: The PRM scores each finished solution once as a whole (an outcome score: one "step"
+    #: holding the whole text) instead of every step.
+    outcome_scoring: ClassVar[bool] = False
+    #: The method compares paths with the PRM, so greedy lookahead (`SearchConfig.lookahead`)
+    #: can apply to it.
+    selects_paths: ClassVar[bool] = True
 
     def __init__(self, cfg: SearchConfig):
         self.cfg = cfg
+        self._check_lookahead()
         self.validate()
 
     def validate(self) -> None:
         """Check method-specific constraints; raise SearchConfigError with the rule."""
+
+    def _check_lookahead(self) -> None:
+        if self.cfg.lookahead and not self.selects_paths:
+            raise SearchConfigError(
+                f"lookahead={self.cfg.lookahead} applies to methods that select between paths "
+                f"(beam_search, dvts, dynamic_branching, vg_search), not {self.name}; use "
+                f"lookahead=0")
 
     @property
     def num_iterations(self) -> int:
@@ -72,13 +88,45 @@ class SearchStrategy(ABC):
             new_id: returns a fresh beam id each call.
         """
 
+    def to_verify(self, children: list[Beam], iteration: int) -> list[Beam]:
+        """The beams of this iteration whose new steps the PRM scores now (after generation).
+
+        Default: all of them. Beams left out keep their unscored steps; a later call scores
+        them (a step's score depends only on its prefix)."""
+        return children
+
     @abstractmethod
-    def select(self, live: list[Beam]) -> list[Beam]:
-        """The unfinished beams (scored, `Beam.score` set) that survive to the next iteration."""
+    def select(self, live: list[Beam], finished: list[Beam]) -> list[Beam]:
+        """The unfinished beams that survive to the next iteration.
+
+        Args:
+            live: this iteration's unfinished beams (`Beam.score` set if they were verified).
+            finished: the beams that finished in this iteration.
+        """
+
+    def should_stop(self, completed: list[Beam]) -> bool:
+        """Stop the search now although paths are still live (early stopping); `completed` is
+        every completion so far. Default: never."""
+        return False
+
+    def stats(self) -> dict:
+        """What the method decided beyond its completions, for reports (JSON-able)."""
+        return {}
 
     def finalize(self, completed: list[Beam]) -> list[Beam]:
         """The completions returned: at most n, best aggregated score first."""
         return by_score(completed)[: self.cfg.n]
+
+
+def require_multiple(name: str, n: int, beam_width: int) -> None:
+    """Raise SearchConfigError unless n is a positive multiple of beam_width (methods that keep
+    n // beam_width paths or subtrees)."""
+    if beam_width > n or n % beam_width:
+        raise SearchConfigError(
+            f"{name} needs n to be a positive multiple of beam_width; got n={n}, "
+            f"beam_width={beam_width} (e.g. n={max(beam_width, n - n % beam_width)} or a "
+            f"beam_width dividing {n})"
+        )
 
 
 def fan_out(kept: list[Beam], total: int, new_id: Callable[[], int]) -> list[Beam]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fasttts.beam import Beam
-from fasttts.search.base import SearchConfigError, SearchStrategy, by_score, fan_out
+from fasttts.search.base import SearchStrategy, by_score, fan_out, require_multiple
 
 __all__ = ["BeamSearch"]
 
@@ -32,15 +32,10 @@ class BeamSearch(SearchStrategy):
     name = "beam_search"
 
     def validate(self) -> None:
-        n, b = self.cfg.n, self.cfg.beam_width
-        if b > n or n % b:
-            raise SearchConfigError(
-                f"beam_search needs n to be a positive multiple of beam_width; got n={n}, "
-                f"beam_width={b} (e.g. n={max(b, n - n % b)} or beam_width dividing {n})"
-            )
+        require_multiple(self.name, self.cfg.n, self.cfg.beam_width)
 
     def expand(self, kept: list[Beam], iteration: int, new_id: Callable[[], int]) -> list[Beam]:
         return fan_out(kept, self.cfg.n, new_id)
 
-    def select(self, live: list[Beam]) -> list[Beam]:
+    def select(self, live: list[Beam], finished: list[Beam]) -> list[Beam]:
         return by_score(live)[: self.cfg.n // self.cfg.beam_width]

@@ -20,6 +20,7 @@ class BestOfN(SearchStrategy):
     """n independent samples, each generated to its end in one iteration."""
 
     name = "best_of_n"
+    selects_paths = False
 
     @property
     def num_iterations(self) -> int:
@@ -28,5 +29,5 @@ class BestOfN(SearchStrategy):
     def expand(self, kept: list[Beam], iteration: int, new_id: Callable[[], int]) -> list[Beam]:
         return fan_out(kept, self.cfg.n, new_id)
 
-    def select(self, live: list[Beam]) -> list[Beam]:
+    def select(self, live: list[Beam], finished: list[Beam]) -> list[Beam]:
         return []
