@@ -334,7 +334,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         budget = split.generator_kv + split.verifier_kv
     inp = PlanInput(memory_bytes=budget, generator=gen, verifier=ver, hardware=hw,
                     num_requests=args.n, verifier_len=args.verifier_len,
-                    decode_len=args.decode_len, cache_len=args.cache_len)
+                    decode_len=args.decode_len, cache_len=args.cache_len,
+                    shared_len=(max(0, min(args.verifier_len, args.decode_len) - args.step_len)
+                                if args.share > 1 else 0),
+                    share=args.share)
     best = plan_memory(inp, allow_offload=not args.no_offload)
     static = static_plan(inp, args.generator_kv_share)
     gib = 1 << 30
@@ -416,6 +419,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--generator-kv-share", type=float, default=0.5,
                    help="the static split's generator share (default: %(default)s)")
     p.add_argument("--no-offload", action="store_true", help="do not consider offloading")
+    p.add_argument("--share", type=int, default=4,
+                   help="sequences sharing a parent's prefix (beam_width; 1 = no sharing, as "
+                        "for best-of-N; default: %(default)s)")
+    p.add_argument("--step-len", type=int, default=64,
+                   help="tokens of a path's newest step, not shared (default: %(default)s)")
     p.set_defaults(func=_cmd_plan)
     p = sub.add_parser("models", help="prepare or list the embedded models")
     p.add_argument("action", choices=("prepare", "list"))

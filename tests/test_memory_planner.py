@@ -126,3 +126,15 @@ def test_real_engine_plan_needs_model_specs():
     off = cfg.model_copy(update={"runtime": RuntimeConfig(memory_planner=True, offload=True)})
     with pytest.raises(PlanError, match="drop --offload"):
         plan_real_engines(off, "rtx4090")
+
+
+def test_prefix_sharing_splits_the_shared_tokens_by_hand():
+    # S = S_dec = 1024, 960 of them shared by 4 siblings: each holds 64 + 960 / 4 = 304 tokens
+    plain = _inp(1 << 30)
+    shared = PlanInput(**{**plain.__dict__, "shared_len": 960, "share": 4})
+    assert shared.kv_gen == 304 * plain.generator.kv_bytes_per_token
+    assert shared.kv_ver == 304 * plain.verifier.kv_bytes_per_token
+    # more sequences fit, so the plan's decode batch can only grow
+    assert plan_memory(shared).b_dec >= plan_memory(plain).b_dec
+    with pytest.raises(ValueError, match="shared_len must be within"):
+        PlanInput(**{**plain.__dict__, "shared_len": 2000})

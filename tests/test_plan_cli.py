@@ -12,9 +12,9 @@ def test_plan_prints_both_splits(capsys):
 
 
 def test_plan_errors_are_one_line(capsys):
-    assert main(["plan", "--hardware", "cpu-epyc-1thread", "--kv-budget", "100MiB"]) == 2
+    assert main(["plan", "--hardware", "cpu-epyc-1thread", "--kv-budget", "20MiB"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: a KV budget of 100.0 MiB cannot hold one verifier sequence")
+    assert err.startswith("error: a KV budget of 20.0 MiB cannot hold one verifier sequence")
     assert main(["plan", "--hardware", "tpu9"]) == 2
     assert "unknown hardware spec 'tpu9'" in capsys.readouterr().err
     assert main(["plan", "--n", "0"]) == 2

@@ -54,6 +54,11 @@ class PlanInput:
         verifier_len: S, tokens of one verifier input.
         decode_len: S_dec, tokens a generator sequence generates (and holds in its KV).
         cache_len: mean cached length during decoding (tokens); default S_dec / 2.
+        shared_len: tokens of each sequence (verifier input and generator sequence) that it
+            shares with other sequences of the iteration through the prefix cache (tokens;
+            0 = the paper's accounting, every sequence holds all its tokens).
+        share: sequences that share those tokens (beam search: the beam_width siblings of
+            one parent), so each holds shared_len / share of them.
     """
 
     memory_bytes: int
@@ -64,21 +69,31 @@ class PlanInput:
     verifier_len: int
     decode_len: int
     cache_len: int | None = None
+    shared_len: int = 0
+    share: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("memory_bytes", "num_requests", "verifier_len", "decode_len"):
+        for name in ("memory_bytes", "num_requests", "verifier_len", "decode_len", "share"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.shared_len <= min(self.verifier_len, self.decode_len):
+            raise ValueError(f"shared_len must be within 0..min(S, S_dec) = "
+                             f"{min(self.verifier_len, self.decode_len)}, got {self.shared_len}")
+
+    def _held(self, length: int) -> int:
+        """Tokens one sequence of `length` tokens holds in the KV cache (its shared tokens
+        counted once per `share` sequences)."""
+        return length - self.shared_len + math.ceil(self.shared_len / self.share)
 
     @property
     def kv_ver(self) -> int:
-        """KVBytes_ver(1, S): one verifier sequence's KV (bytes)."""
-        return self.verifier_len * self.verifier.kv_bytes_per_token
+        """KVBytes_ver(1, S): one verifier sequence's KV (bytes), shared tokens split."""
+        return self._held(self.verifier_len) * self.verifier.kv_bytes_per_token
 
     @property
     def kv_gen(self) -> int:
-        """KVBytes_gen(1, S_dec): one generator sequence's KV (bytes)."""
-        return self.decode_len * self.generator.kv_bytes_per_token
+        """KVBytes_gen(1, S_dec): one generator sequence's KV (bytes), shared tokens split."""
+        return self._held(self.decode_len) * self.generator.kv_bytes_per_token
 
     @property
     def s_cache(self) -> int:
@@ -178,13 +193,23 @@ def plan_memory(inp: PlanInput, allow_offload: bool = True) -> MemoryPlan:
     return min(plans, key=lambda p: (p.t_total, -p.b_dec))
 
 
+#: Tokens of a path's newest step, the part siblings do not share (the simulated and real
+#: workloads' median steps are 34-90 tokens).
+PLAN_STEP_LEN = 64
+#: Methods whose paths of one iteration share their parent's prefix with beam_width siblings.
+TREE_METHODS = ("beam_search", "dvts", "vg_search", "dynamic_branching")
+
+
 def plan_for_run(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
                  hardware: HardwareSpec, allow_offload: bool,
                  verifier_min_tokens: int) -> tuple[MemoryPlan, int]:
     """The plan a run applies, and the verifier's KV-cache size under it (bytes).
 
     The workload: N = search n beams, S = S_dec = `runtime.plan_seq_len` (default 256 +
-    max_tokens / 2 tokens, at most the generator's context), S_cache = S_dec / 2. Without
+    max_tokens / 2 tokens, at most the generator's context), S_cache = S_dec / 2. Prefix
+    sharing: all but the newest step (`PLAN_STEP_LEN` tokens) of a path is shared by the
+    beam_width children of its parent (`PlanInput.shared_len`, `share`); a method whose paths
+    share only the prompt (best-of-N, self-consistency, SART) shares nothing here. Without
     offloading the verifier gets what B_pre sequences need, but at least
     `verifier_min_tokens` tokens (one longest sequence), and the generator the rest of
     `budget` (decoding is the more memory-sensitive stage); with offloading each gets all of it.
@@ -194,9 +219,12 @@ def plan_for_run(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
     """
     seq_len = min(cfg.runtime.plan_seq_len or 256 + cfg.search.max_tokens // 2,
                   cfg.generator.max_model_len)
+    tree = cfg.search.method in TREE_METHODS
     inp = PlanInput(memory_bytes=budget, generator=generator, verifier=verifier,
                     hardware=hardware, num_requests=cfg.search.n, verifier_len=seq_len,
-                    decode_len=seq_len)
+                    decode_len=seq_len,
+                    shared_len=max(0, seq_len - PLAN_STEP_LEN) if tree else 0,
+                    share=min(cfg.search.beam_width, cfg.search.n) if tree else 1)
     plan = plan_memory(inp, allow_offload)
     if plan.offload:
         return plan, budget
