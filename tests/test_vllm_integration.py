@@ -127,6 +127,25 @@ def test_speculative_beam_extension_and_lookahead_on_vllm(generator, judge):
     assert generator.num_unfinished() == 0 and generator.cache_stats().num_blocks_used == 0
 
 
+@pytest.mark.parametrize("method, extra", [
+    ("sart", {"sart_m": 2, "sart_t": 16}), ("dvts", {}), ("self_consistency", {}),
+    ("vg_search", {"granularity": 2})])
+def test_method_family_on_vllm_frees_blocks(generator, judge, method, extra):
+    """Each method runs on the real engine; SART stops with branches still live (M=2 of 4)
+    or prunes them, and no method leaves a sequence or a KV block behind."""
+    cfg = SearchConfig(method=method, n=4, beam_width=2, num_iterations=4, max_tokens=96,
+                       **extra)
+    result = SearchRunner(generator, judge, cfg, "last").run(PROBLEM.problem, method)
+    assert 1 <= len(result.completions) <= 4
+    assert all(b.finished and b.finish_reason for b in result.completions)
+    if method == "dvts":
+        assert len(result.completions) == 2
+    if method == "sart":
+        stats = result.search_stats
+        assert result.stopped_early or stats["num_pruned"] > 0 or len(result.completions) == 4
+    assert generator.num_unfinished() == 0 and generator.cache_stats().num_blocks_used == 0
+
+
 def test_failure_mid_search_leaks_no_blocks(generator, judge, monkeypatch):
     real_step, calls = generator.step, []
 
