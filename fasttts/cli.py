@@ -40,7 +40,7 @@ def parse_size(text: str) -> int:
     return value
 
 
-def _add_run_options(p: argparse.ArgumentParser) -> None:
+def _add_run_options(p: argparse.ArgumentParser, search: bool = True) -> None:
     from fasttts.config import DEFAULT_GENERATOR, DEFAULT_VERIFIER, SIM_GENERATOR, SIM_VERIFIER
     from fasttts.search import METHODS
     from fasttts.verifiers import AGG_STRATEGIES, VERIFIER_KINDS
@@ -100,6 +100,11 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     f.add_argument("--spec-truncation-ratio", type=float, default=0.85, metavar="R",
                    help="mean kept fraction of a kept beam's speculative tokens that its "
                         "duplicates inherit (default: %(default)s; 0 = exact equivalence)")
+    if not search:
+        p.set_defaults(method="beam_search", n=8, beam_width=4, num_iterations=40,
+                       temperature=0.8, top_p=1.0, max_tokens=2048, agg_strategy="last",
+                       seed=0, **dict.fromkeys(METHOD_FLAGS))
+        return
     s = p.add_argument_group("search")
     s.add_argument("--method", default="beam_search",
                    help=f"search method: {', '.join(sorted(METHODS))} (default: %(default)s)")
@@ -386,6 +391,35 @@ def _cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from fasttts.serve import build_state
+    from fasttts.serve.app import create_app
+    from fasttts.serve.protocol import ServerLimits
+
+    cfg = _run_config(args)
+    extra = {k: v for k, v in (("tensor_parallel_size", args.tensor_parallel_size),
+                               ("data_parallel_size", args.data_parallel_size)) if v}
+    if extra:
+        cfg = cfg.model_copy(update={
+            "generator": cfg.generator.model_copy(update={
+                "extra_engine_args": {**cfg.generator.extra_engine_args, **extra}})})
+    limits = ServerLimits(served_model_name=args.served_model_name, max_n=args.max_n,
+                          max_tokens=args.max_tokens_limit, max_prompt_chars=args.max_prompt_chars)
+    _check_models(cfg)
+    api_key = args.api_key or os.environ.get("FASTTTS_API_KEY") or None
+    state = build_state(cfg, limits, api_key=api_key, max_active=args.max_active_requests,
+                        max_queue=args.max_queue, request_timeout_s=args.request_timeout)
+    try:
+        uvicorn.run(create_app(state), host=args.host, port=args.port, log_level="warning")
+    finally:
+        state.scheduler.close()
+        state.hub.close()
+        state.scheduler.verifier.close()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `fasttts` command."""
     parser = argparse.ArgumentParser(prog="fasttts", description=__doc__.split("\n")[0])
@@ -425,6 +459,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step-len", type=int, default=64,
                    help="tokens of a path's newest step, not shared (default: %(default)s)")
     p.set_defaults(func=_cmd_plan)
+    p = sub.add_parser("serve", help="OpenAI-compatible TTS server (many requests, one engine)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default: %(default)s, this machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=None,
+                   help="bearer token clients must send (default: $FASTTTS_API_KEY, else none)")
+    p.add_argument("--served-model-name", default="fasttts",
+                   help="the model name clients send (default: %(default)s)")
+    p.add_argument("--max-n", type=int, default=64, help="most paths per request (tts.n)")
+    p.add_argument("--max-tokens-limit", type=int, default=4096,
+                   help="most tokens per path a request may ask for")
+    p.add_argument("--max-prompt-chars", type=int, default=8000,
+                   help="most characters of a problem")
+    p.add_argument("--max-active-requests", type=int, default=4,
+                   help="most requests searching at once (default: %(default)s)")
+    p.add_argument("--max-queue", type=int, default=64,
+                   help="most requests waiting; more get 429 (default: %(default)s)")
+    p.add_argument("--request-timeout", type=float, default=1800,
+                   help="seconds a request may search before it is cancelled (default: "
+                        "%(default)s)")
+    p.add_argument("--tensor-parallel-size", type=int, default=None,
+                   help="passed to vLLM unchanged (GPUs per generator engine)")
+    p.add_argument("--data-parallel-size", type=int, default=None,
+                   help="passed to vLLM unchanged (generator engine replicas)")
+    _add_run_options(p, search=False)
+    p.set_defaults(func=_cmd_serve)
     p = sub.add_parser("models", help="prepare or list the embedded models")
     p.add_argument("action", choices=("prepare", "list"))
     p.add_argument("names", nargs="*", help="models to prepare (default: the defaults)")

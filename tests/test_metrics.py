@@ -46,7 +46,9 @@ def test_problem_record_votes_and_correctness():
                      ("no answer", 0.99)])
     rec = problem_record(r, "3", "q")
     assert rec["pred"] == {"majority": "3", "weighted": "5", "best": "5"}
-    assert rec["correct"] == {"majority": True, "weighted": False, "best": False, "pass@n": True}
+    assert rec["correct"] == {"majority": True, "weighted": False, "best": False, "pass@n": True,
+                              "answer": False}  # beam search answers by the weighted vote
+    assert rec["answer_rule"] == "weighted" and rec["answer"] == rec["pred"]["weighted"]
     # tokens 10, 20, 30, 40 -> 25; times 2, 3, 4, 5 -> 3.5
     assert rec["precise_goodput_tok_s"] == pytest.approx(25 / 3.5)
     assert rec["latency_s"] == 4.5 and rec["generator_time_s"] == 3.0

@@ -85,6 +85,7 @@ def problem_record(result: SearchResult, gold: str | None, problem: str = "") ->
     if gold is not None:
         correct = {k: is_equivalent(v, gold) for k, v in preds.items()}
         correct["pass@n"] = pass_at_n(answers, gold)
+        correct["answer"] = correct[result.answer_rule]
     cache = result.cache
     return {
         "id": result.problem_key,
@@ -92,6 +93,8 @@ def problem_record(result: SearchResult, gold: str | None, problem: str = "") ->
         "problem": problem,
         "gold": gold,
         "pred": preds,
+        "answer": preds[result.answer_rule],
+        "answer_rule": result.answer_rule,
         "correct": correct,
         "num_completions": len(beams),
         "num_iterations": result.num_iterations,

@@ -58,6 +58,7 @@ class SearchResult:
             preemption, lookahead requests sent.
         stopped_early: the method stopped the search with paths still live (SART's M).
         search_stats: the method's own decisions worth reporting (SART: checks, prunings).
+        answer_rule: the vote that gives the method's answer ("weighted", "majority", "best").
     """
 
     problem_key: str
@@ -78,6 +79,7 @@ class SearchResult:
     spec: dict[str, int] = field(default_factory=dict)
     stopped_early: bool = False
     search_stats: dict = field(default_factory=dict)
+    answer_rule: str = "weighted"
 
     @property
     def latency(self) -> float:
@@ -225,6 +227,7 @@ class SearchRunner:
             clock=self.generator.clock_kind,
             stopped_early=stopped_early,
             search_stats=strategy.stats(),
+            answer_rule=strategy.answer_rule,
             spec={} if sbe is None else {
                 "spec_tokens": sbe.spec_tokens, "head_start_tokens": sbe.used_tokens,
                 "branches": sbe.num_branches, "preempted_phases": sbe.num_stopped,

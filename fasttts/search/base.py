@@ -54,6 +54,9 @@ class SearchStrategy(ABC):
     #: The PRM scores each finished solution once as a whole (an outcome score: one "step"
     #: holding the whole text) instead of every step.
     outcome_scoring: ClassVar[bool] = False
+    #: Which vote gives the method's answer (`fasttts.eval.voting`): "weighted" (PRM-weighted
+    #: vote, search-and-learn), "majority" or "best" (the highest-scored completion).
+    answer_rule: ClassVar[str] = "weighted"
     #: The method compares paths with the PRM, so greedy lookahead (`SearchConfig.lookahead`)
     #: can apply to it.
     selects_paths: ClassVar[bool] = True

@@ -58,6 +58,7 @@ class SART(SearchStrategy):
     """
 
     name = "sart"
+    answer_rule = "best"
     selects_paths = False
 
     def __init__(self, cfg):

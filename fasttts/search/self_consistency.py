@@ -20,6 +20,7 @@ class SelfConsistency(SearchStrategy):
     """n samples to the end, majority vote, no PRM."""
 
     name = "self_consistency"
+    answer_rule = "majority"
     selects_paths = False
 
     @property

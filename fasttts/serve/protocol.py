@@ -1,0 +1,177 @@
+"""Request and response shapes of the OpenAI-compatible API, with the limits every request
+is checked against.
+
+Requests follow OpenAI's `/v1/chat/completions` and `/v1/completions`; the test-time scaling
+search is chosen by an extra `tts` object (the `openai` client sends it with
+`extra_body={"tts": {...}}`). Unknown fields are refused (422, naming the field), so a typo
+never silently falls back to a default. Semantic limits (n, max_tokens, prompt size, the
+served model) are checked by `to_search` against `ServerLimits` (400).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fasttts.config import SearchConfig
+from fasttts.verifiers.base import AGG_STRATEGIES
+
+__all__ = ["BadRequest", "ChatCompletionRequest", "ChatMessage", "CompletionRequest",
+           "ServerLimits", "TTSOptions", "to_search"]
+
+
+class BadRequest(ValueError):
+    """A well-formed request the server cannot serve (HTTP 400; the message says why and
+    what is allowed). `param` names the offending field."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerLimits(_Strict):
+    """What one request may ask for.
+
+    Attributes:
+        served_model_name: the model name clients send (`GET /v1/models` lists it); any
+            other name is refused. Requests never name files or hub ids.
+        max_n: most paths one request may search (n).
+        max_tokens: most tokens one path may generate (tokens).
+        max_prompt_chars: most characters of the problem (characters).
+    """
+
+    served_model_name: str = "fasttts"
+    max_n: int = Field(default=64, gt=0)
+    max_tokens: int = Field(default=4096, gt=0)
+    max_prompt_chars: int = Field(default=8000, gt=0)
+
+
+class TTSOptions(_Strict):
+    """The test-time scaling search of one request (fields as in `fasttts.config.SearchConfig`;
+    `None` = the method's default)."""
+
+    method: str = "beam_search"
+    n: int = Field(default=8, ge=1)
+    beam_width: int = Field(default=4, ge=1)
+    num_iterations: int = Field(default=40, ge=1)
+    agg_strategy: Literal[AGG_STRATEGIES] = "last"  # type: ignore[valid-type]
+    lookahead: int | None = Field(default=None, ge=0)
+    granularity: int | None = Field(default=None, ge=1)
+    branch_temperature: float | None = Field(default=None, gt=0)
+    sart_m: int | None = Field(default=None, ge=1)
+    sart_alpha: float | None = Field(default=None, ge=0, le=1)
+    sart_beta: int | None = Field(default=None, ge=0)
+    sart_t: int | None = Field(default=None, ge=1)
+
+
+class ChatMessage(_Strict):
+    """One chat message (text content only)."""
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+    name: str | None = None
+
+
+class _Common(_Strict):
+    model: str
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    n: int = Field(default=1, ge=1)
+    stream: bool = False
+    stream_options: dict | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    user: str | None = None
+    tts: TTSOptions = Field(default_factory=TTSOptions)
+
+
+class ChatCompletionRequest(_Common):
+    """`POST /v1/chat/completions`: the last user message is the problem; an optional system
+    message becomes the generator's system prompt."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+
+
+class CompletionRequest(_Common):
+    """`POST /v1/completions`: `prompt` is the problem."""
+
+    prompt: str | list[str]
+
+
+def _problem(req: ChatCompletionRequest | CompletionRequest) -> tuple[str, str | None]:
+    if isinstance(req, CompletionRequest):
+        if isinstance(req.prompt, list):
+            if len(req.prompt) != 1:
+                raise BadRequest(f"prompt: one problem per request, got a list of "
+                                 f"{len(req.prompt)}; send a string", "prompt")
+            return req.prompt[0], None
+        return req.prompt, None
+    system = [m.content for m in req.messages if m.role == "system"]
+    users = [m.content for m in req.messages if m.role == "user"]
+    if any(m.role == "assistant" for m in req.messages) or len(users) != 1 or len(system) > 1:
+        raise BadRequest("messages: send exactly one user message (the problem) and at most "
+                         "one system message; multi-turn conversations are not supported",
+                         "messages")
+    return users[0], system[0] if system else None
+
+
+def to_search(req: ChatCompletionRequest | CompletionRequest,
+              limits: ServerLimits) -> tuple[str, SearchConfig, str]:
+    """The problem, the search configuration and the aggregation of a request.
+
+    Raises:
+        BadRequest: unknown model, n != 1, a stop list, an empty or too long problem, tts.n
+            or max_tokens over the limits, or a search configuration the method refuses
+            (message from `fasttts.search.make_strategy`).
+    """
+    from fasttts.search import SearchConfigError, make_strategy
+
+    if req.model != limits.served_model_name:
+        raise BadRequest(f"model {req.model!r} is not served here; use "
+                         f"{limits.served_model_name!r} (GET /v1/models)", "model")
+    if req.n != 1:
+        raise BadRequest(f"n={req.n}: one answer per request; the search budget is tts.n "
+                         f"(e.g. \"tts\": {{\"n\": {req.n}}})", "n")
+    if req.stop:
+        raise BadRequest("stop is not supported: steps end at the step delimiter and paths at "
+                         "end-of-sequence or a boxed answer", "stop")
+    problem, system = _problem(req)
+    if not problem.strip():
+        raise BadRequest("the problem is empty; send the problem text", "messages")
+    if len(problem) > limits.max_prompt_chars:
+        raise BadRequest(f"the problem has {len(problem)} characters; at most "
+                         f"{limits.max_prompt_chars} are allowed", "messages")
+    tts = req.tts
+    if tts.n > limits.max_n:
+        raise BadRequest(f"tts.n={tts.n} is over this server's limit of {limits.max_n}",
+                         "tts.n")
+    max_tokens = getattr(req, "max_completion_tokens", None) or req.max_tokens
+    if max_tokens is not None and max_tokens > limits.max_tokens:
+        raise BadRequest(f"max_tokens={max_tokens} is over this server's limit of "
+                         f"{limits.max_tokens}", "max_tokens")
+    fields = {k: v for k, v in tts.model_dump(exclude={"agg_strategy"}).items() if v is not None}
+    if req.temperature is not None:
+        fields["temperature"] = req.temperature
+    if req.top_p is not None:
+        fields["top_p"] = req.top_p
+    if req.seed is not None:
+        fields["seed"] = req.seed
+    fields["max_tokens"] = max_tokens or min(2048, limits.max_tokens)
+    if system is not None:
+        fields["system_prompt"] = system
+    # only the fields the client set count as "set" (method-specific checks use that)
+    explicit = {k for k in tts.model_fields_set if k != "agg_strategy"}
+    search = SearchConfig(**{k: v for k, v in fields.items()
+                             if k in explicit or k not in TTSOptions.model_fields})
+    try:
+        make_strategy(search)
+    except SearchConfigError as e:
+        raise BadRequest(str(e), "tts") from e
+    return problem, search, tts.agg_strategy

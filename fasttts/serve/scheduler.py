@@ -1,0 +1,209 @@
+"""The request scheduler: SART's request queue over the shared-engine hub.
+
+SART Algorithm 1 (section 4): requests wait in a request queue; the decode batch is filled
+with waiting branches first, and only when no branch waits is a new request admitted
+(prefilled). Here a request is admitted when fewer than `max_active` requests run and the
+generator engine has nothing waiting (every branch of the running requests is in the batch);
+the check runs on every submission, every completion and after every engine step. An admitted
+request runs its search (any method, any FastTTS technique) in its own worker thread against
+a `GeneratorView` of the shared engine (`fasttts.serve.hub`), so the engine batches the
+branches of all running requests together; the verifier is shared under a lock.
+
+A request runs at most `request_timeout_s`; past it, it is cancelled (its sequences aborted,
+its blocks freed). The queue is bounded (`max_queue`; more requests are refused).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from fasttts.beam import Beam
+from fasttts.config import RuntimeConfig, SearchConfig
+from fasttts.runtime.loop import SearchResult, SearchRunner
+from fasttts.serve.hub import EngineHub, GeneratorView, RequestCancelled
+from fasttts.verifiers.base import ScoreRequest, Verifier
+
+__all__ = ["Job", "LockedVerifier", "QueueFull", "Scheduler"]
+
+
+class QueueFull(RuntimeError):
+    """The request queue is full (HTTP 429)."""
+
+
+class LockedVerifier(Verifier):
+    """A verifier shared by concurrent searches: one scoring call at a time. `inner` can be
+    replaced (an engine restart)."""
+
+    def __init__(self, inner: Verifier):
+        self.inner = inner
+        self.name = inner.name
+        self._lock = threading.Lock()
+
+    def score(self, requests: list[ScoreRequest]) -> list[list[float]]:
+        with self._lock:
+            return self.inner.score(requests)
+
+    def now(self) -> float:
+        return self.inner.now()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@dataclass
+class Job:
+    """One request's search.
+
+    Attributes:
+        problem: the problem text.
+        search: its search configuration.
+        agg_strategy: step-score aggregation.
+        on_progress: called as on_progress(iteration, kept beams) from the worker thread.
+        future: resolves to the `SearchResult` (or the error).
+        id: request id (set on submission).
+        submitted, started: wall-clock times (s, time.monotonic).
+    """
+
+    problem: str
+    search: SearchConfig
+    agg_strategy: str = "last"
+    on_progress: Callable[[int, list[Beam]], None] | None = None
+    future: Future = field(default_factory=Future)
+    id: str = ""
+    submitted: float = 0.0
+    started: float | None = None
+    view: GeneratorView | None = None
+    cancelled: bool = False
+
+
+class Scheduler:
+    """Admits queued requests onto the shared engine (module docstring).
+
+    Args:
+        hub: the shared generator engine.
+        verifier: the shared verifier.
+        runtime: FastTTS techniques every search uses.
+        max_active: most requests searching at once.
+        max_queue: most requests waiting; more are refused with QueueFull.
+        request_timeout_s: most seconds a request may search (None = no limit).
+    """
+
+    def __init__(self, hub: EngineHub, verifier: LockedVerifier, runtime: RuntimeConfig,
+                 max_active: int = 4, max_queue: int = 64,
+                 request_timeout_s: float | None = None):
+        self.hub = hub
+        self.verifier = verifier
+        self.runtime = runtime
+        self.max_active = max_active
+        self.max_queue = max_queue
+        self.request_timeout_s = request_timeout_s
+        self._lock = threading.RLock()
+        self._queue: deque[Job] = deque()
+        self._active: dict[str, Job] = {}
+        self._ids = itertools.count(1)
+        self.num_finished = 0
+        self._closed = False
+        hub.after_step = self.admit
+        self._watchdog = threading.Thread(target=self._watch, name="fasttts-timeouts",
+                                          daemon=True)
+        self._watchdog.start()
+
+    @property
+    def queue_length(self) -> int:
+        """Requests waiting for admission."""
+        return len(self._queue)
+
+    @property
+    def num_active(self) -> int:
+        """Requests searching now."""
+        return len(self._active)
+
+    def submit(self, job: Job) -> Job:
+        """Queue a request; it starts when admitted.
+
+        Raises:
+            QueueFull: `max_queue` requests already wait.
+        """
+        with self._lock:
+            if self._closed:
+                raise QueueFull("the server is shutting down")
+            if len(self._queue) >= self.max_queue:
+                raise QueueFull(f"{len(self._queue)} requests are waiting (the limit); retry "
+                                f"later")
+            job.id = f"req-{next(self._ids)}"
+            job.submitted = time.monotonic()
+            self._queue.append(job)
+        self.admit()
+        return job
+
+    def cancel(self, job: Job) -> None:
+        """Cancel a queued or running request: a queued one never starts; a running one stops
+        at its next engine step with all its sequences aborted."""
+        with self._lock:
+            job.cancelled = True
+            if job in self._queue:
+                self._queue.remove(job)
+                job.future.set_exception(RequestCancelled(f"request {job.id} was cancelled"))
+                return
+            view = job.view
+        if view is not None:
+            view.cancel()
+
+    def admit(self) -> None:
+        """Start queued requests while there is room (module docstring)."""
+        with self._lock:
+            while (self._queue and len(self._active) < self.max_active
+                   and (not self._active or self._engine_waiting() == 0)):
+                job = self._queue.popleft()
+                job.view = self.hub.view(job.id)
+                job.started = time.monotonic()
+                self._active[job.id] = job
+                threading.Thread(target=self._work, args=(job,), name=f"fasttts-{job.id}",
+                                 daemon=True).start()
+
+    def _engine_waiting(self) -> int:
+        with self.hub.cv:
+            return self.hub.engine.num_waiting()
+
+    def _work(self, job: Job) -> None:
+        try:
+            if not job.future.set_running_or_notify_cancel():  # cancelled while queued
+                return
+            runner = SearchRunner(job.view, self.verifier, job.search, job.agg_strategy,
+                                  self.runtime, on_select=job.on_progress)
+            result: SearchResult = runner.run(job.problem, job.id)
+            job.future.set_result(result)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting client
+            job.future.set_exception(exc)
+        finally:
+            job.view.release()
+            with self._lock:
+                self._active.pop(job.id, None)
+                self.num_finished += 1
+            self.admit()
+
+    def _watch(self) -> None:
+        while not self._closed:
+            time.sleep(0.5)
+            if self.request_timeout_s is None:
+                continue
+            now = time.monotonic()
+            with self._lock:
+                late = [j for j in self._active.values()
+                        if j.started is not None and now - j.started > self.request_timeout_s]
+            for job in late:
+                self.cancel(job)
+
+    def close(self) -> None:
+        """Refuse new requests and cancel every queued and running one."""
+        with self._lock:
+            self._closed = True
+            jobs = list(self._queue) + list(self._active.values())
+        for job in jobs:
+            self.cancel(job)

@@ -1,0 +1,269 @@
+"""`fasttts serve` on the simulated backend: the OpenAI API, validation (bad-input suite),
+auth, concurrency, cancellation within one engine step, engine failure -> 503 -> recovery."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+
+from fasttts.config import EngineConfig, RunConfig, SimConfig, VerifierConfig
+from fasttts.serve import build_state
+from fasttts.serve.app import create_app
+from fasttts.serve.hub import RequestCancelled
+from fasttts.serve.protocol import ServerLimits
+from fasttts.serve.scheduler import Job
+
+PROBLEM = "What is 6 times 7?"
+
+
+def _cfg() -> RunConfig:
+    return RunConfig(backend="sim", generator=EngineConfig(model="qwen2.5-math-1.5b"),
+                     verifier=VerifierConfig(engine=EngineConfig(model="math-shepherd-7b")),
+                     sim=SimConfig(hardware="rtx4090"))
+
+
+@pytest.fixture
+def state():
+    st = build_state(_cfg(), ServerLimits(max_n=64, max_tokens=2048, max_prompt_chars=500),
+                     max_active=3, max_queue=8, request_timeout_s=60)
+    yield st
+    st.scheduler.close()
+    st.hub.close()
+
+
+@pytest.fixture
+def client(state):
+    with TestClient(create_app(state)) as c:
+        yield c
+
+
+def _chat(**kw):
+    body = {"model": "fasttts", "messages": [{"role": "user", "content": PROBLEM}],
+            "tts": {"method": "beam_search", "n": 8, "beam_width": 4}, "max_tokens": 512}
+    body.update(kw)
+    return body
+
+
+def _blocks(state) -> int:
+    with state.hub.cv:
+        return state.hub.engine.cache_stats().num_blocks_used
+
+
+def test_chat_completion_answers_with_tts_stats(client, state):
+    r = client.post("/v1/chat/completions", json=_chat())
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "chat.completion" and body["model"] == "fasttts"
+    msg = body["choices"][0]["message"]
+    assert msg["role"] == "assistant" and "\\boxed{" in msg["content"]
+    tts = body["tts"]
+    assert tts["method"] == "beam_search" and tts["n"] == 8 and tts["answer_rule"] == "weighted"
+    assert tts["answer"] is not None and tts["answer"] in msg["content"]
+    assert 1 <= tts["num_completions"] <= 8 and tts["clock"] == "simulated"
+    assert body["usage"]["completion_tokens"] == tts["tokens_generated"] > 0
+    assert _blocks(state) == 0 and state.hub.num_sequences == 0
+
+
+def test_completions_endpoint_and_sart(client):
+    r = client.post("/v1/completions", json={
+        "model": "fasttts", "prompt": PROBLEM, "max_tokens": 512,
+        "tts": {"method": "sart", "n": 8, "sart_m": 2, "sart_t": 32}})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "text_completion" and body["choices"][0]["text"]
+    assert body["tts"]["answer_rule"] == "best" and body["tts"]["search_stats"]["num_checks"] >= 0
+
+
+def test_streaming_sends_progress_then_the_answer(client):
+    with client.stream("POST", "/v1/chat/completions", json=_chat(stream=True)) as r:
+        assert r.status_code == 200
+        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    progress = [c["tts"]["progress"] for c in chunks if "progress" in c.get("tts", {})]
+    assert progress and [p["iteration"] for p in progress] == list(range(len(progress)))
+    final = chunks[-1]
+    assert final["choices"][0]["finish_reason"] in ("stop", "length")
+    assert final["choices"][0]["delta"]["content"] and final["tts"]["answer"] is not None
+
+
+def test_models_health_and_metrics(client):
+    assert client.get("/v1/models").json()["data"][0]["id"] == "fasttts"
+    assert client.get("/health").json()["status"] == "ok"
+    client.post("/v1/chat/completions", json=_chat())
+    text = client.get("/metrics").text
+    for name in ("fasttts_queue_length", "fasttts_running_sequences", "fasttts_kv_blocks_used",
+                 "fasttts_prefix_cache_hit_rate", "fasttts_request_latency_seconds_bucket",
+                 'fasttts_requests_total{status="200"} 1.0'):
+        assert name in text
+
+
+BAD = [
+    ("not json", None, 422, "JSON"),
+    ("empty body", {}, 422, "model: Field required"),
+    ("no messages", {"model": "fasttts"}, 422, "messages: Field required"),
+    ("empty messages", _chat(messages=[]), 422, "messages: List should have at least 1 item"),
+    ("bad role", _chat(messages=[{"role": "robot", "content": "x"}]), 422, "role"),
+    ("content not text", _chat(messages=[{"role": "user", "content": 5}]), 422, "content"),
+    ("unknown field", _chat(frequency_penalty=1.0), 422, "frequency_penalty: Extra inputs"),
+    ("unknown tts field", _chat(tts={"beams": 4}), 422, "tts.beams: Extra inputs"),
+    ("negative temperature", _chat(temperature=-1), 422, "temperature"),
+    ("top_p zero", _chat(top_p=0), 422, "top_p"),
+    ("max_tokens zero", _chat(max_tokens=0), 422, "max_tokens"),
+    ("tts.n zero", _chat(tts={"n": 0}), 422, "tts.n"),
+    ("bad agg", _chat(tts={"agg_strategy": "max"}), 422, "tts.agg_strategy"),
+    ("sart alpha > 1", _chat(tts={"method": "sart", "sart_alpha": 2}), 422, "tts.sart_alpha"),
+    ("n string", _chat(tts={"n": "many"}), 422, "tts.n"),
+    ("unknown model", _chat(model="gpt-4"), 400, "model 'gpt-4' is not served"),
+    ("openai n > 1", _chat(n=3), 400, "one answer per request"),
+    ("stop list", _chat(stop=["\n"]), 400, "stop is not supported"),
+    ("two user messages", _chat(messages=[{"role": "user", "content": "a"},
+                                          {"role": "user", "content": "b"}]), 400,
+     "exactly one user message"),
+    ("assistant turn", _chat(messages=[{"role": "user", "content": "a"},
+                                       {"role": "assistant", "content": "b"}]), 400,
+     "multi-turn"),
+    ("empty problem", _chat(messages=[{"role": "user", "content": "   "}]), 400,
+     "the problem is empty"),
+    ("problem too long", _chat(messages=[{"role": "user", "content": "x" * 501}]), 400,
+     "at most 500 are allowed"),
+    ("n over limit", _chat(tts={"n": 128, "beam_width": 4}), 400, "over this server's limit of 64"),
+    ("max_tokens over limit", _chat(max_tokens=100000), 400, "max_tokens=100000 is over"),
+    ("unknown method", _chat(tts={"method": "mcts"}), 400, "unknown search method 'mcts'"),
+    ("n not multiple", _chat(tts={"n": 6, "beam_width": 4}), 400, "multiple of beam_width"),
+    ("M > N", _chat(tts={"method": "sart", "n": 4, "sart_m": 8}), 400, "sart needs M <= N"),
+    ("param of another method", _chat(tts={"method": "beam_search", "sart_m": 2}), 400,
+     "sart_m is a parameter of method sart"),
+    ("lookahead on sart", _chat(tts={"method": "sart", "lookahead": 1}), 400,
+     "lookahead=1 applies to methods"),
+]
+
+
+@pytest.mark.parametrize("name, body, status, fragment", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_gets_4xx_with_a_message_and_the_server_stays_up(client, state, name, body,
+                                                                   status, fragment):
+    if body is None:
+        r = client.post("/v1/chat/completions", content=b"{not json",
+                        headers={"content-type": "application/json"})
+    else:
+        r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert fragment in err["message"] and err["code"] == status
+    assert client.get("/health").status_code == 200
+    assert state.hub.num_sequences == 0 and state.scheduler.num_active == 0
+
+
+def test_prompt_list_on_completions_is_refused(client):
+    r = client.post("/v1/completions", json={"model": "fasttts", "prompt": ["a", "b"]})
+    assert r.status_code == 400 and "one problem per request" in r.json()["error"]["message"]
+
+
+def test_bearer_token_is_required_when_configured(state):
+    state.api_key = "s3cret"
+    with TestClient(create_app(state)) as c:
+        assert c.post("/v1/chat/completions", json=_chat()).status_code == 401
+        assert c.get("/v1/models", headers={"Authorization": "Bearer nope"}).status_code == 401
+        assert c.get("/v1/models", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        assert c.get("/health").status_code == 200  # probes need no token
+
+
+def test_concurrent_requests_share_the_engine_and_free_every_block(client, state):
+    results = []
+
+    def one(i):
+        results.append(client.post("/v1/chat/completions", json=_chat(
+            seed=i, tts={"method": ["beam_search", "sart", "self_consistency"][i % 3], "n": 8,
+                         "beam_width": 4})).status_code)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [200] * 6
+    assert state.scheduler.num_finished == 6 and state.scheduler.queue_length == 0
+    assert _blocks(state) == 0 and state.hub.num_sequences == 0
+
+
+def test_cancel_aborts_every_sequence_within_one_engine_step(state):
+    from fasttts.config import SearchConfig
+
+    job = state.scheduler.submit(Job(PROBLEM, SearchConfig(method="beam_search", n=32,
+                                                           beam_width=4, max_tokens=2048)))
+    deadline = time.monotonic() + 30
+    while state.hub.num_sequences == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert state.hub.num_sequences > 0
+    with state.hub.cv:  # cancel between two engine steps and note the step count
+        state.scheduler.cancel(job)
+        step_at_cancel = state.hub.num_steps
+    with pytest.raises(RequestCancelled):
+        job.future.result(timeout=30)
+    assert state.hub.num_sequences == 0 and _blocks(state) == 0
+    assert state.hub.num_steps - step_at_cancel <= 1
+
+
+def test_engine_failure_gives_503_then_the_server_recovers(client, state):
+    engine = state.hub.engine
+    real_step, calls = engine.step, []
+
+    def failing_step():
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("injected engine crash")
+        return real_step()
+
+    engine.step = failing_step
+    r = client.post("/v1/chat/completions", json=_chat())
+    assert r.status_code == 503, r.text
+    assert "the generator engine failed" in r.json()["error"]["message"]
+    assert state.hub.num_restarts == 1 and state.hub.engine is not engine
+    assert client.get("/health").json()["engine_restarts"] == 1
+    assert client.post("/v1/chat/completions", json=_chat()).status_code == 200
+    assert _blocks(state) == 0
+
+
+def test_full_queue_is_429(state):
+    state.scheduler.max_queue = 0
+    with TestClient(create_app(state)) as c:
+        r = c.post("/v1/chat/completions", json=_chat())
+    assert r.status_code == 429 and "requests are waiting" in r.json()["error"]["message"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_client_disconnect_cancels_the_search_and_frees_blocks(state):
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port,
+                                           log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        body = _chat(tts={"method": "beam_search", "n": 64, "beam_width": 4}, max_tokens=2048)
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=1.0)
+        deadline = time.monotonic() + 30
+        while (state.scheduler.num_active or state.hub.num_sequences) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert state.scheduler.num_active == 0 and state.hub.num_sequences == 0
+        assert _blocks(state) == 0
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        assert 'fasttts_requests_total{status="499"} 1.0' in metrics
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
