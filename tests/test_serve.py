@@ -267,3 +267,33 @@ def test_client_disconnect_cancels_the_search_and_frees_blocks(state):
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def test_the_openai_client_works_with_extra_body(state):
+    from openai import OpenAI
+
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port,
+                                           log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
+        assert [m.id for m in client.models.list()] == ["fasttts"]
+        out = client.chat.completions.create(
+            model="fasttts", messages=[{"role": "user", "content": PROBLEM}], max_tokens=512,
+            extra_body={"tts": {"method": "dvts", "n": 8, "beam_width": 4}})
+        assert out.choices[0].message.content and out.usage.completion_tokens > 0
+        assert out.model_extra["tts"]["method"] == "dvts"
+        assert out.model_extra["tts"]["num_completions"] == 2
+        stream = client.chat.completions.create(
+            model="fasttts", messages=[{"role": "user", "content": PROBLEM}], max_tokens=512,
+            stream=True, extra_body={"tts": {"method": "self_consistency", "n": 4}})
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert "\\boxed{" in text
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
