@@ -202,9 +202,8 @@ def test_cancel_aborts_every_sequence_within_one_engine_step(state):
     while state.hub.num_sequences == 0 and time.monotonic() < deadline:
         time.sleep(0.001)
     assert state.hub.num_sequences > 0
-    with state.hub.cv:  # cancel between two engine steps and note the step count
-        state.scheduler.cancel(job)
-        step_at_cancel = state.hub.num_steps
+    step_at_cancel = state.hub.num_steps  # (a step in flight now still counts)
+    state.scheduler.cancel(job)
     with pytest.raises(RequestCancelled):
         job.future.result(timeout=30)
     assert state.hub.num_sequences == 0 and _blocks(state) == 0
@@ -297,3 +296,34 @@ def test_the_openai_client_works_with_extra_body(state):
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def test_a_new_request_stops_running_speculation():
+    from fasttts.config import RuntimeConfig, SearchConfig
+
+    cfg = _cfg().model_copy(update={"runtime": RuntimeConfig(spec_beam_extension=True)})
+    st = build_state(cfg, ServerLimits(), max_active=2)
+    try:
+        a = st.scheduler.submit(Job(PROBLEM, SearchConfig(method="beam_search", n=16,
+                                                          beam_width=4, max_tokens=2048)))
+
+        def speculative():
+            with st.hub.cv:
+                return [e for e in st.hub._owner if "/spec" in e]
+
+        deadline = time.monotonic() + 60
+        while not speculative() and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        assert speculative(), "speculation never started"
+        step_at_arrival = st.hub.num_steps
+        b = st.scheduler.submit(Job(PROBLEM, SearchConfig(method="self_consistency", n=8,
+                                                          max_tokens=256)))
+        deadline = time.monotonic() + 60
+        while speculative() and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        assert st.hub.num_steps - step_at_arrival <= 2
+        ra, rb = a.future.result(timeout=120), b.future.result(timeout=120)
+        assert ra.spec["preempted_phases"] >= 1 and rb.completions
+    finally:
+        st.scheduler.close()
+        st.hub.close()

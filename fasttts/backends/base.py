@@ -154,6 +154,12 @@ class GeneratorBackend(ABC):
         """Sequences queued and not yet running (0 for engines that do not say)."""
         return 0
 
+    def num_arrivals(self) -> int:
+        """Requests admitted onto this engine so far when it is shared by a server (each one
+        stops running speculation: SBE's phase 2 is preemptible); 0 for an engine that serves
+        one search."""
+        return 0
+
     @abstractmethod
     def cache_stats(self) -> CacheStats:
         """Current KV-cache usage and cumulative prefix-cache / preemption counters."""

@@ -146,6 +146,7 @@ class SpeculativeBeamExtension:
         self._potential = speculative_potentials(beams, self.beam_width)
         self._slots = slots
         self._preemptions = generator.cache_stats().num_preemptions
+        self._arrivals = generator.num_arrivals()
         self._prompt_ids, self._params_of, self._iteration = prompt_ids, params_of, iteration
         self._order = 0
         self._active = True
@@ -175,10 +176,16 @@ class SpeculativeBeamExtension:
 
     def fill(self, generator: GeneratorBackend, standard_running: int) -> None:
         """Phase 2: launch speculative branches into the free batch slots, if nothing waits.
-        A memory preemption since the phase began stops speculation for the phase."""
+        A memory preemption, a new request on a shared engine (`num_arrivals`) since the phase
+        began, or a sequence waiting in the engine while speculation runs stops speculation for
+        the phase."""
         if not self._active:
             return
-        if self._live and generator.cache_stats().num_preemptions > self._preemptions:
+        if generator.num_arrivals() != self._arrivals:
+            self.preempt(generator)
+            return
+        if self._live and (generator.cache_stats().num_preemptions > self._preemptions
+                           or generator.num_waiting() > 0):
             self.preempt(generator)
             return
         free = self._slots - standard_running - len(self._live)

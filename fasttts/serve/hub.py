@@ -59,6 +59,7 @@ class EngineHub:
     Attributes:
         engine: the current engine.
         num_steps: engine steps run.
+        num_arrivals: requests admitted so far.
         num_restarts: engines rebuilt after a failure.
         last_error: the last engine failure (text), None if none.
     """
@@ -72,6 +73,7 @@ class EngineHub:
         self._owner: dict[str, GeneratorView] = {}
         self._arrivals = itertools.count()
         self.num_steps = 0
+        self.num_arrivals = 0
         self.num_restarts = 0
         self.last_error: str | None = None
         self.available = True
@@ -81,7 +83,10 @@ class EngineHub:
 
     def view(self, request_id: str) -> GeneratorView:
         """A generator view for one request (its arrival fixes its priority)."""
-        return GeneratorView(self, request_id, next(self._arrivals))
+        with self.cv:
+            view = GeneratorView(self, request_id, next(self._arrivals))
+            self.num_arrivals = view.arrival + 1
+            return view
 
     @property
     def num_sequences(self) -> int:
@@ -277,6 +282,9 @@ class GeneratorView(GeneratorBackend):
     def num_waiting(self) -> int:
         with self.hub.cv:
             return self.hub.engine.num_waiting()
+
+    def num_arrivals(self) -> int:
+        return self.hub.num_arrivals
 
     def cache_stats(self) -> CacheStats:
         with self.hub.cv:
