@@ -33,7 +33,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from fasttts.backends.base import GenerationParams, GeneratorBackend, SequenceUpdate
+from fasttts.backends.base import GeneratorBackend, SequenceUpdate
 from fasttts.beam import Beam, HeadStart
 
 __all__ = ["SpecBranch", "SpeculativeBeamExtension", "speculative_potentials"]

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from fasttts.beam import Beam
 from fasttts.config import RuntimeConfig, SearchConfig
-from fasttts.runtime.loop import SearchResult, SearchRunner
+from fasttts.runtime.loop import SearchRunner
 from fasttts.serve.hub import EngineHub, GeneratorView, RequestCancelled
 from fasttts.verifiers.base import ScoreRequest, Verifier
 
@@ -172,21 +172,26 @@ class Scheduler:
             return self.hub.engine.num_waiting()
 
     def _work(self, job: Job) -> None:
+        result, error = None, None
         try:
-            if not job.future.set_running_or_notify_cancel():  # cancelled while queued
-                return
-            runner = SearchRunner(job.view, self.verifier, job.search, job.agg_strategy,
-                                  self.runtime, on_select=job.on_progress)
-            result: SearchResult = runner.run(job.problem, job.id)
-            job.future.set_result(result)
+            if job.future.set_running_or_notify_cancel():  # else cancelled while queued
+                runner = SearchRunner(job.view, self.verifier, job.search, job.agg_strategy,
+                                      self.runtime, on_select=job.on_progress)
+                result = runner.run(job.problem, job.id)
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting client
-            job.future.set_exception(exc)
+            error = exc
         finally:
+            # the books first, so a client that sees its answer sees them settled
             job.view.release()
             with self._lock:
                 self._active.pop(job.id, None)
                 self.num_finished += 1
-            self.admit()
+        if not job.future.cancelled():
+            if error is not None:
+                job.future.set_exception(error)
+            else:
+                job.future.set_result(result)
+        self.admit()
 
     def _watch(self) -> None:
         while not self._closed:
