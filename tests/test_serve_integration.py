@@ -78,3 +78,14 @@ def test_request_cancel_and_engine_restart_on_vllm(state):
         r = client.post("/v1/chat/completions", json=_chat("beam_search"))
         assert r.status_code == 200, r.text
         assert _blocks(state) == 0
+
+
+def test_concurrent_requests_on_vllm(state):
+    """Generator steps and verifier calls of different requests interleave on the real
+    engines (they must never run a forward pass at the same time)."""
+    jobs = [state.scheduler.submit(Job(PROBLEM, SearchConfig(method=m, n=4, beam_width=2,
+                                                             max_tokens=64, seed=i)))
+            for i, m in enumerate(["beam_search", "sart", "best_of_n", "self_consistency"])]
+    results = [j.future.result(timeout=600) for j in jobs]
+    assert all(r.completions for r in results)
+    assert _blocks(state) == 0 and state.hub.num_sequences == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from fasttts.config import RunConfig
 from fasttts.serve.protocol import ServerLimits
 
@@ -32,11 +34,13 @@ def build_state(cfg: RunConfig, limits: ServerLimits, api_key: str | None = None
     from fasttts.serve.hub import EngineHub
     from fasttts.serve.scheduler import LockedVerifier, Scheduler
 
+    device = threading.Lock()  # one device: no generator step during a verifier call
+
     if cfg.backend == "sim":
         from fasttts.backends.sim import build_sim
 
         gen, ver = build_sim(cfg)
-        verifier = LockedVerifier(ver)
+        verifier = LockedVerifier(ver, device)
         first = [gen]
 
         def build():
@@ -54,15 +58,16 @@ def build_state(cfg: RunConfig, limits: ServerLimits, api_key: str | None = None
             from fasttts.runtime.memory_planner import plan_real_engines
 
             cfg, _ = plan_real_engines(cfg, _planner_hardware(cfg))
-        verifier = LockedVerifier(build_verifier(cfg.verifier))
+        verifier = LockedVerifier(build_verifier(cfg.verifier), device)
 
         def build():
             return VLLMGenerator(cfg.generator)
     try:
-        hub = EngineHub(build)
+        hub = EngineHub(build, device_lock=device)
     except BaseException:
         verifier.close()
         raise
+
     scheduler = Scheduler(hub, verifier, cfg.runtime, max_active=max_active,
                           max_queue=max_queue, request_timeout_s=request_timeout_s)
     return ServerState(hub=hub, scheduler=scheduler, limits=limits, api_key=api_key)

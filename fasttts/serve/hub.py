@@ -55,6 +55,7 @@ class EngineHub:
     Args:
         build: makes a fresh generator engine (called once now, again after each failure).
         after_step: called in the hub thread after each engine step (admission control).
+        device_lock: held around each engine step; share it with the verifier.
 
     Attributes:
         engine: the current engine.
@@ -65,11 +66,16 @@ class EngineHub:
     """
 
     def __init__(self, build: Callable[[], GeneratorBackend],
-                 after_step: Callable[[], None] | None = None):
+                 after_step: Callable[[], None] | None = None,
+                 device_lock: threading.Lock | None = None):
         self._build = build
         self.engine = build()
         self.after_step = after_step
         self.cv = threading.Condition(threading.RLock())
+        #: Held around every engine step and every verifier call (`LockedVerifier`): the two
+        #: models share one device, and vLLM's in-process engines keep per-process state
+        #: during a forward pass (two forward passes at once crash the process).
+        self.device_lock = device_lock or threading.Lock()
         self._owner: dict[str, GeneratorView] = {}
         self._arrivals = itertools.count()
         self.num_steps = 0
@@ -116,7 +122,8 @@ class EngineHub:
                 if not self._owner:
                     continue
                 try:
-                    updates = self.engine.step()
+                    with self.device_lock:
+                        updates = self.engine.step()
                 except Exception as exc:  # the engine failed: fail its requests, rebuild it
                     self._fail(exc)
                     continue

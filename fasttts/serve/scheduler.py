@@ -37,13 +37,14 @@ class QueueFull(RuntimeError):
 
 
 class LockedVerifier(Verifier):
-    """A verifier shared by concurrent searches: one scoring call at a time. `inner` can be
-    replaced (an engine restart)."""
+    """A verifier shared by concurrent searches: one scoring call at a time, and none while
+    the generator steps when given the hub's `device_lock`. `inner` can be replaced (an engine
+    restart)."""
 
-    def __init__(self, inner: Verifier):
+    def __init__(self, inner: Verifier, lock: threading.Lock | None = None):
         self.inner = inner
         self.name = inner.name
-        self._lock = threading.Lock()
+        self._lock = lock or threading.Lock()
 
     def score(self, requests: list[ScoreRequest]) -> list[list[float]]:
         with self._lock:
