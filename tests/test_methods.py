@@ -66,18 +66,8 @@ def test_dvts_marks_paths_cut_by_the_token_budget():
 
 
 # ---- VG-search ----------------------------------------------------------------------------
-SCRIPT = {
-    1: "A\n\n", 2: "B\n\n", 3: "C\n\n", 4: "D\n\n",
-    5: "A1\n\n", 6: "A2\n\n", 7: "C1 \\boxed{7}\n\n", 8: "C2\n\n",
-    9: "A21\n\nA22 \\boxed{1}<eos>", 10: "A23 \\boxed{2}<eos>",
-    11: "C21 \\boxed{3}<eos>", 12: "C22\n\nC23<eos>",
-}
-SCORES = {
-    "A": 0.9, "B": 0.2, "C": 0.7, "D": 0.4,
-    "A1": 0.3, "A2": 0.8, "C1 \\boxed{7}": 0.95, "C2": 0.6,
-    "A21": 0.5, "A22 \\boxed{1}": 0.4, "A23 \\boxed{2}": 0.85, "C21 \\boxed{3}": 0.1,
-    "C22": 0.65, "C23": 0.75,
-}
+# the beam-search scenario of tests/test_search.py
+from tests.test_search import SCORES, SCRIPT  # noqa: E402
 
 
 def test_vg_search_with_granularity_1_is_beam_search():

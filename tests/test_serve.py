@@ -3,6 +3,7 @@ auth, concurrency, cancellation within one engine step, engine failure -> 503 ->
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -243,7 +244,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_client_disconnect_cancels_the_search_and_frees_blocks(state):
+@contextlib.contextmanager
+def _live_server(state):
+    """The app on a real socket (uvicorn in a thread); yields its base URL."""
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port,
                                            log_level="error"))
@@ -253,34 +256,31 @@ def test_client_disconnect_cancels_the_search_and_frees_blocks(state):
         deadline = time.monotonic() + 30
         while not server.started and time.monotonic() < deadline:
             time.sleep(0.05)
-        body = _chat(tts={"method": "beam_search", "n": 64, "beam_width": 4}, max_tokens=2048)
-        with pytest.raises(httpx.ReadTimeout):
-            httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=1.0)
-        deadline = time.monotonic() + 30
-        while (state.scheduler.num_active or state.hub.num_sequences) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert state.scheduler.num_active == 0 and state.hub.num_sequences == 0
-        assert _blocks(state) == 0
-        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
-        assert 'fasttts_requests_total{status="499"} 1.0' in metrics
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)
 
 
+def test_client_disconnect_cancels_the_search_and_frees_blocks(state):
+    with _live_server(state) as url:
+        body = _chat(tts={"method": "beam_search", "n": 64, "beam_width": 4}, max_tokens=2048)
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{url}/v1/chat/completions", json=body, timeout=1.0)
+        deadline = time.monotonic() + 30
+        while (state.scheduler.num_active or state.hub.num_sequences) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert state.scheduler.num_active == 0 and state.hub.num_sequences == 0
+        assert _blocks(state) == 0
+        metrics = httpx.get(f"{url}/metrics").text
+        assert 'fasttts_requests_total{status="499"} 1.0' in metrics
+
+
 def test_the_openai_client_works_with_extra_body(state):
     from openai import OpenAI
 
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port,
-                                           log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
+    with _live_server(state) as url:
+        client = OpenAI(base_url=f"{url}/v1", api_key="unused")
         assert [m.id for m in client.models.list()] == ["fasttts"]
         out = client.chat.completions.create(
             model="fasttts", messages=[{"role": "user", "content": PROBLEM}], max_tokens=512,
@@ -293,9 +293,6 @@ def test_the_openai_client_works_with_extra_body(state):
             stream=True, extra_body={"tts": {"method": "self_consistency", "n": 4}})
         text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
         assert "\\boxed{" in text
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def test_a_new_request_stops_running_speculation():

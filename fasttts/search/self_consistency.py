@@ -8,32 +8,19 @@ gets weight 1, so the weighted vote of `fasttts.eval.voting` is the majority vot
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from fasttts.beam import Beam
-from fasttts.search.base import SearchStrategy, fan_out
+from fasttts.search.best_of_n import BestOfN
 
 __all__ = ["SelfConsistency"]
 
 
-class SelfConsistency(SearchStrategy):
-    """n samples to the end, majority vote, no PRM."""
+class SelfConsistency(BestOfN):
+    """n samples to the end (as best-of-N), majority vote, no PRM."""
 
     name = "self_consistency"
     answer_rule = "majority"
-    selects_paths = False
-
-    @property
-    def num_iterations(self) -> int:
-        return 1
-
-    def expand(self, kept: list[Beam], iteration: int, new_id: Callable[[], int]) -> list[Beam]:
-        return fan_out(kept, self.cfg.n, new_id)
 
     def to_verify(self, children: list[Beam], iteration: int) -> list[Beam]:
-        return []
-
-    def select(self, live: list[Beam], finished: list[Beam]) -> list[Beam]:
         return []
 
     def finalize(self, completed: list[Beam]) -> list[Beam]:
