@@ -36,7 +36,7 @@ from fasttts.runtime.spec_beam_extension import SPEC_PRIORITY
 __all__ = ["EngineFailure", "EngineHub", "GeneratorView", "RequestCancelled"]
 
 #: Most seconds the hub waits for a request thread to come back for the next engine step.
-PARK_TIMEOUT_S = 0.5
+PARK_TIMEOUT_S = 5.0
 _REQUEST_STRIDE = 1 << 21
 _SPECULATIVE = 1 << 40
 
@@ -117,13 +117,15 @@ class EngineHub:
                     if left <= 0:
                         break
                     self.cv.wait(left)
+            # The device first (a verifier call may hold it), then the state: requests keep
+            # taking updates and adding sequences while the verifier runs.
+            with self.device_lock, self.cv:
                 if self._stop:
                     return
                 if not self._owner:
                     continue
                 try:
-                    with self.device_lock:
-                        updates = self.engine.step()
+                    updates = self.engine.step()
                 except Exception as exc:  # the engine failed: fail its requests, rebuild it
                     self._fail(exc)
                     continue
@@ -212,6 +214,7 @@ class GeneratorView(GeneratorBackend):
         """Cancel the request: its next engine interaction raises RequestCancelled."""
         with self.hub.cv:
             self.cancelled = True
+            self._parked = False  # the hub waits for this request to abort its sequences
             self.hub.cv.notify_all()
 
     def release(self) -> None:
