@@ -236,17 +236,19 @@ def _print_solution(record: dict) -> None:
         console.print("[red]no completion[/red]")
         return
     best = record["completions"][0]
-    console.rule("chosen path (highest PRM score)")
+    console.rule(f"first returned path (score {best['score']:.3f})")
     table = Table("step", "PRM score", "text", show_lines=True)
-    for i, (step, score) in enumerate(
-        zip(split_steps(best["text"]), best["step_scores"]), start=1
-    ):
-        table.add_row(str(i), f"{score:.3f}", step.strip())
+    steps, scores = split_steps(best["text"]), best["step_scores"]
+    for i, step in enumerate(steps, start=1):
+        score = f"{scores[i - 1]:.3f}" if i <= len(scores) else "-"  # unscored (SC, ORM)
+        table.add_row(str(i), score, step.strip())
     console.print(table)
     console.rule("answer")
-    console.print(f"answer (PRM-weighted vote): [bold]{record['pred']['weighted']}[/bold]")
-    console.print(f"majority vote: {record['pred']['majority']}   best path: "
-                  f"{record['pred']['best']}")
+    rules = {"weighted": "PRM-weighted vote", "majority": "majority vote",
+             "best": "highest-scored completion"}
+    console.print(f"answer ({rules[record['answer_rule']]}): [bold]{record['answer']}[/bold]")
+    console.print(f"PRM-weighted vote: {record['pred']['weighted']}   majority vote: "
+                  f"{record['pred']['majority']}   best path: {record['pred']['best']}")
     console.print(
         f"completions {record['num_completions']}  iterations {record['num_iterations']}  "
         f"tokens generated {record['tokens_generated']}  latency {record['latency_s']:.1f} s "
