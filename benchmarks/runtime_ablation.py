@@ -57,30 +57,25 @@ def runtime_of(name: str) -> RuntimeConfig:
 
 
 class Backend:
-    """Builds (generator, verifier) per run: fresh simulated devices, or shared real engines
-    with their prefix caches reset."""
+    """Builds (generator, verifier) per run: fresh simulated devices, or real engines with
+    their prefix caches reset; real engines are rebuilt only when a run needs other engine
+    settings (the memory planner re-splits the KV budget and caps the batches)."""
 
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.real = None
-        if args.backend == "vllm":
-            from fasttts.backends.vllm_generator import VLLMGenerator
-            from fasttts.verifiers import build_verifier
-
-            eng = dict(kv_cache_memory_bytes=args.kv_cache_gib * GiB, max_model_len=4096)
-            gen = VLLMGenerator(EngineConfig(model=args.generator or DEFAULT_GENERATOR, **eng))
-            ver = build_verifier(VerifierConfig(engine=EngineConfig(
-                model=args.verifier or DEFAULT_VERIFIER, **eng)))
-            self.real = (gen, ver)
+        self._key = None
 
     def config(self, n: int, runtime: RuntimeConfig) -> RunConfig:
         a = self.args
         sim = a.backend == "sim"
-        return RunConfig(
+        eng = {} if sim else dict(kv_cache_memory_bytes=int(a.kv_cache_gib * GiB),
+                                  max_model_len=4096)
+        cfg = RunConfig(
             backend=a.backend,
-            generator=EngineConfig(model=a.generator or ("qwen2.5-math-1.5b" if sim else DEFAULT_GENERATOR)),
+            generator=EngineConfig(model=a.generator or ("qwen2.5-math-1.5b" if sim else DEFAULT_GENERATOR), **eng),
             verifier=VerifierConfig(engine=EngineConfig(
-                model=a.verifier or ("math-shepherd-7b" if sim else DEFAULT_VERIFIER))),
+                model=a.verifier or ("math-shepherd-7b" if sim else DEFAULT_VERIFIER), **eng)),
             search=SearchConfig(method=a.method, n=n, beam_width=a.beam_width,
                                 max_tokens=a.max_tokens, seed=a.seed),
             sim=SimConfig(hardware=a.hardware, **({} if a.kv_budget_gib is None else {
@@ -88,12 +83,26 @@ class Backend:
                 "verifier_kv_cache_bytes": int(a.kv_budget_gib * GiB / 2)})) if sim else SimConfig(),
             runtime=runtime,
         )
+        if not sim and runtime.memory_planner:
+            from fasttts.api import _planner_hardware
+            from fasttts.runtime.memory_planner import plan_real_engines
+
+            cfg, _ = plan_real_engines(cfg, _planner_hardware(cfg))
+        return cfg
 
     def engines(self, cfg: RunConfig):
-        if self.real is None:
+        if cfg.backend == "sim":
             from fasttts.backends.sim import build_sim
 
             return build_sim(cfg)
+        key = (cfg.generator.model_dump_json(), cfg.verifier.model_dump_json())
+        if key != self._key:
+            from fasttts.backends.vllm_generator import VLLMGenerator
+            from fasttts.verifiers import build_verifier
+
+            self.close()
+            self.real = (VLLMGenerator(cfg.generator), build_verifier(cfg.verifier))
+            self._key = key
         gen, ver = self.real
         gen.engine.reset_prefix_cache()
         if getattr(ver, "engine", None) is not None:
@@ -104,6 +113,7 @@ class Backend:
         if self.real:
             for part in self.real:
                 part.close()
+        self.real = None
 
 
 def _run_one(backend: Backend, cfg: RunConfig, problem, difficulty: float | None):
@@ -154,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ns", default="8,16")
     p.add_argument("--configs", default="baseline,sbe,sbe+la")
     p.add_argument("--max-tokens", type=int, default=2048)
-    p.add_argument("--kv-cache-gib", type=int, default=1, help="real backend: KV cache per engine")
+    p.add_argument("--kv-cache-gib", type=float, default=1,
+                   help="real backend: KV cache per engine (GiB; the planner re-splits the sum)")
     p.add_argument("--kv-budget-gib", type=float, default=None,
                    help="sim: both KV caches together (split in half; the planner re-splits)")
     p.add_argument("--seed", type=int, default=0)
