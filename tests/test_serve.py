@@ -324,3 +324,36 @@ def test_a_new_request_stops_running_speculation():
     finally:
         st.scheduler.close()
         st.hub.close()
+
+
+def test_verifier_calls_that_wait_for_the_device_are_batched():
+    from fasttts.serve.scheduler import LockedVerifier
+    from fasttts.verifiers.base import ScoreRequest, Verifier
+
+    class Recording(Verifier):
+        def __init__(self):
+            self.calls = []
+
+        def score(self, requests):
+            self.calls.append([r.problem for r in requests])
+            return [[float(len(r.problem))] for r in requests]
+
+    device = threading.Lock()
+    ver = LockedVerifier(Recording(), device)
+    out = {}
+    device.acquire()  # the generator is stepping: three callers queue up
+    threads = [threading.Thread(target=lambda p=p: out.__setitem__(
+        p, ver.score([ScoreRequest(p, ("s",)), ScoreRequest(p + p, ("s",))])))
+        for p in ("a", "bb", "ccc")]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while len(ver._pending) < 3 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    device.release()
+    for t in threads:
+        t.join()
+    assert len(ver.inner.calls) == 1 and sorted(ver.inner.calls[0]) == sorted(
+        ["a", "aa", "bb", "bbbb", "ccc", "cccccc"])
+    assert out == {"a": [[1.0], [2.0]], "bb": [[2.0], [4.0]], "ccc": [[3.0], [6.0]]}
+    assert ver.num_calls == 1 and ver.num_merged == 2

@@ -36,26 +36,65 @@ class QueueFull(RuntimeError):
     """The request queue is full (HTTP 429)."""
 
 
+class _Pending:
+    def __init__(self, requests: list[ScoreRequest]):
+        self.requests = requests
+        self.scores: list[list[float]] | None = None
+        self.error: BaseException | None = None
+
+
 class LockedVerifier(Verifier):
-    """A verifier shared by concurrent searches: one scoring call at a time, and none while
-    the generator steps when given the hub's `device_lock`. `inner` can be replaced (an engine
-    restart)."""
+    """The verifier shared by concurrent searches, with their calls batched together.
+
+    One scoring call runs at a time, and none while the generator steps when given the hub's
+    `device_lock`. Calls that arrive while the device is busy wait together; the first of
+    them to get the device scores all of their requests in one batch (the verifier's own
+    continuous batching across requests), and each caller gets its own scores back. `inner`
+    can be replaced (an engine restart).
+
+    Attributes:
+        num_calls: scoring calls made on the inner verifier.
+        num_merged: calls that were served by another caller's batch.
+    """
 
     def __init__(self, inner: Verifier, lock: threading.Lock | None = None):
         self.inner = inner
         self.name = inner.name
         self._lock = lock or threading.Lock()
+        self._mu = threading.Lock()
+        self._pending: list[_Pending] = []
+        self.num_calls = 0
+        self.num_merged = 0
 
     def score(self, requests: list[ScoreRequest]) -> list[list[float]]:
+        mine = _Pending(requests)
+        with self._mu:
+            self._pending.append(mine)
         with self._lock:
-            return self.inner.score(requests)
+            with self._mu:
+                batch, self._pending = self._pending, []
+            if batch:  # empty: an earlier caller's batch held ours
+                flat = [r for p in batch for r in p.requests]
+                try:
+                    scores = self.inner.score(flat) if flat else []
+                except BaseException as exc:  # noqa: BLE001 - every caller of the batch sees it
+                    for p in batch:
+                        p.error = exc
+                else:
+                    k = 0
+                    for p in batch:
+                        p.scores, k = scores[k:k + len(p.requests)], k + len(p.requests)
+                self.num_calls += 1
+                self.num_merged += len(batch) - 1
+        if mine.error is not None:
+            raise mine.error
+        return mine.scores
 
     def now(self) -> float:
         return self.inner.now()
 
     def close(self) -> None:
         self.inner.close()
-
 
 @dataclass
 class Job:
