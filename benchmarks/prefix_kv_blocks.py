@@ -60,7 +60,7 @@ def _engines(backend: str, n: int, iteration: int):
 
 def capture(n: int, iteration: int, dataset: str, index: int, backend: str = "sim"):
     """(beams submitted at `iteration`, submission order of the iteration before, prompt ids,
-    the generator engine)."""
+    (generator, verifier))."""
     problem = load_dataset(dataset, limit=index + 1)[index]
     cfg, gen, ver = _engines(backend, n, iteration)
     seen = {}
@@ -78,9 +78,9 @@ def capture(n: int, iteration: int, dataset: str, index: int, backend: str = "si
         loop_mod.extend_beams = real_extend
     beams, prompt = seen[iteration]
     previous = [b.beam_id for b in seen[iteration - 1][0]]
-    if backend != "sim":
-        ver.close()
-    return beams, previous, prompt, gen
+    # the verifier stays open until the end: closing one in-process vLLM engine tears down the
+    # process-wide parallel state the other engine still uses
+    return beams, previous, prompt, (gen, ver)
 
 
 def engine_peak_blocks(gen, batch, prompt) -> int:
@@ -132,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", default="1,2,4,8,16,32,64")
     p.add_argument("--backend", choices=("sim", "vllm"), default="sim")
     args = p.parse_args(argv)
-    beams, previous, prompt, gen = capture(args.n, args.iteration, args.dataset, args.index,
-                                           args.backend)
+    beams, previous, prompt, (gen, ver) = capture(args.n, args.iteration, args.dataset,
+                                                  args.index, args.backend)
     real = args.backend != "sim"
     block = REAL_BLOCK if real else 16
     shuffled = list(beams)
@@ -162,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name} | {schedule_cost([x.lineage for x in order])} | " + " | ".join(cells) + " |")
     if real:
         gen.close()
+        ver.close()
     return 0
 
 
