@@ -205,7 +205,7 @@ class SearchRunner:
             kept = strategy.select(live, finished)
             if self.on_select is not None:
                 self.on_select(iteration, kept)
-            if live and strategy.should_stop(completed):
+            if strategy.should_stop(completed):
                 stopped_early = True
                 break
         end = self.generator.now()
