@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fasttts.backends.base import GeneratorBackend
-from fasttts.config import RunConfig
+from fasttts.config import RunConfig, SearchConfig
 from fasttts.runtime.loop import SearchResult, SearchRunner
 from fasttts.search import make_strategy
 from fasttts.verifiers import Verifier, build_verifier
@@ -29,6 +29,9 @@ class FastTTS:
 
     The search configuration is validated before any engine is built, so a bad configuration
     fails in milliseconds. Use as a context manager, or call `close()`, to free the engines.
+    With `runtime.memory_planner` on and engines built here, the plan follows the workload
+    between problems (`fasttts.runtime.replan`): `plan` is the plan in force and `replans`
+    lists every change applied.
 
     Args:
         config: the run configuration.
@@ -47,36 +50,104 @@ class FastTTS:
     ):
         make_strategy(config.search)
         self.plan = None
+        self.replanner = None
+        self.replans: list = []
+        own = generator is None and verifier is None
         if config.backend == "vllm" and config.runtime.memory_planner and generator is None:
             from fasttts.runtime.memory_planner import plan_real_engines
+            from fasttts.runtime.replan import real_replanner
 
-            config, self.plan = plan_real_engines(config, _planner_hardware(config))
+            hardware = _planner_hardware(config)
+            config, self.plan = plan_real_engines(config, hardware)
+            if own:
+                self.replanner = real_replanner(config, hardware, self.plan)
         self.config = config
         self.generator = generator
         self.verifier = verifier
         try:
-            if config.backend == "sim" and self.generator is None and self.verifier is None:
+            if config.backend == "sim" and own:
                 from fasttts.backends.sim import build_sim
 
                 self.generator, self.verifier = build_sim(config)
-            if self.generator is None:
-                from fasttts.backends.vllm_generator import VLLMGenerator
+                if config.runtime.memory_planner:
+                    from fasttts.runtime.replan import sim_replanner
 
-                self.generator = VLLMGenerator(config.generator)
-            if self.verifier is None:
-                self.verifier = build_verifier(config.verifier)
+                    self.plan = self.generator.plan
+                    self.replanner = sim_replanner(config, self.generator, self.verifier)
+            self._build_missing()
         except BaseException:
             self.close()
             raise
-        self.runner = SearchRunner(
-            self.generator, self.verifier, config.search, config.verifier.agg_strategy,
-            config.runtime,
-        )
+        self.runner = self._runner(config.search)
 
-    def solve(self, problem: str, problem_id: str = "problem") -> SearchResult:
-        """Run the search on one problem. Raises ValueError for an empty problem and
-        `PromptTooLongError` when the prompt does not fit the context."""
-        return self.runner.run(problem, problem_id)
+    def _build_missing(self) -> None:
+        if self.generator is None:
+            from fasttts.backends.vllm_generator import VLLMGenerator
+
+            self.generator = VLLMGenerator(self.config.generator)
+        if self.verifier is None:
+            self.verifier = build_verifier(self.config.verifier)
+
+    def _runner(self, search: SearchConfig) -> SearchRunner:
+        return SearchRunner(self.generator, self.verifier, search,
+                            self.config.verifier.agg_strategy, self.config.runtime)
+
+    def solve(self, problem: str, problem_id: str = "problem",
+              search: SearchConfig | None = None) -> SearchResult:
+        """Run the search on one problem.
+
+        Args:
+            problem: the problem text.
+            problem_id: its id (seeds and traces).
+            search: this problem's search configuration (another n, method, ...); default the
+                configuration's. With the memory planner on, the plan follows each problem's
+                n and the measured path lengths (`fasttts.runtime.replan`).
+
+        Raises:
+            ValueError: an empty problem. PromptTooLongError: the prompt does not fit the
+            context. fasttts.search.SearchConfigError: a bad `search`.
+            fasttts.runtime.memory_planner.PlanError: the re-planned workload does not fit.
+        """
+        if search is not None:
+            make_strategy(search)  # a bad search fails before any re-plan
+        if self.replanner is not None:
+            self._replan(self.config.model_copy(update={"search": search or self.runner.cfg}))
+        runner = self.runner if search is None else self._runner(search)
+        result = runner.run(problem, problem_id)
+        if self.replanner is not None:
+            self.replanner.observe(result.prompt_tokens,
+                                   [len(b.token_ids) for b in result.completions])
+        return result
+
+    def _replan(self, cfg: RunConfig) -> None:
+        """Apply the replanner's change for the next problem: caps always, the KV split by
+        resizing simulated engines or rebuilding real ones."""
+        change = self.replanner.update(cfg)
+        if change is None:
+            return
+        self.replans.append(change)
+        plan = change.plan
+        if change.resplit:
+            if self.config.backend == "sim":
+                from fasttts.backends.sim import resize_sim
+
+                resize_sim(self.generator, self.verifier, change.generator_kv_bytes,
+                           change.verifier_kv_bytes, plan.t_offload)
+            else:
+                from fasttts.runtime.memory_planner import apply_real_plan
+
+                self.config = apply_real_plan(self.config, plan, change.generator_kv_bytes,
+                                              change.verifier_kv_bytes)
+                self.close()
+                try:
+                    self._build_missing()
+                except BaseException:
+                    self.close()
+                    raise
+                self.runner = self._runner(self.runner.cfg)
+        self.plan = plan
+        self.generator.set_max_running(plan.b_dec)
+        self.verifier.set_batch_size(plan.b_pre)
 
     def check_prompt(self, problem: str, problem_id: str = "problem") -> None:
         """Raise ValueError / `PromptTooLongError` if `problem` cannot be searched (empty, or

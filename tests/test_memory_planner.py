@@ -118,7 +118,8 @@ def test_real_engine_plan_needs_model_specs():
     total = cfg.generator.kv_cache_memory_bytes + cfg.verifier.engine.kv_cache_memory_bytes
     assert (planned.generator.kv_cache_memory_bytes
             + planned.verifier.engine.kv_cache_memory_bytes) == total
-    assert planned.generator.extra_engine_args["max_num_seqs"] == plan.b_dec
+    assert planned.generator.extra_engine_args["max_num_active_seqs"] == plan.b_dec
+    assert planned.generator.extra_engine_args["max_num_seqs"] == max(256, plan.b_dec)
     assert planned.verifier.batch_size == plan.b_pre
     odd = cfg.model_copy(update={"generator": EngineConfig(model="/models/my-own-llm")})
     with pytest.raises(PlanError, match="no model spec for '/models/my-own-llm'"):

@@ -162,3 +162,59 @@ def test_failure_mid_search_leaks_no_blocks(generator, judge, monkeypatch):
     monkeypatch.undo()
     assert generator.num_unfinished() == 0
     assert generator.cache_stats().num_blocks_used == 0
+
+
+def test_decode_cap_set_between_requests_limits_running_sequences(generator):
+    # the memory planner's B_dec on vLLM: the scheduler's admission limit (max_num_active_seqs)
+    from fasttts.backends.vllm_engine import engine_scheduler
+
+    prompt = generator.encode_chat(build_messages(PROBLEM.problem))
+    params = GenerationParams(max_tokens=8, temperature=0.8, seed=7)
+    slots = generator.engine.vllm_config.scheduler_config.max_num_seqs
+    with pytest.raises(ValueError, match=f"within 1..{slots}"):
+        generator.set_max_running(slots + 1)
+    generator.set_max_running(2)
+    try:
+        assert generator.max_num_seqs == 2
+        for i in range(5):
+            generator.add_sequence(f"cap{i}", prompt, params)
+        scheduler = engine_scheduler(generator.engine)
+        most = 0
+        while generator.num_unfinished():
+            generator.step()
+            most = max(most, len(scheduler.running))
+        assert most == 2
+    finally:
+        generator.set_max_running(slots)
+    assert generator.cache_stats().num_blocks_used == 0
+
+
+def test_fasttts_replans_real_engines_between_problems():
+    # n = 2 then n = 16 at 64 MiB + 64 MiB on the CPU roofline: the plan for 16 beams gives the
+    # verifier 33 MiB instead of its 24 MiB floor, so with replan_min_gain 0 both engines are
+    # rebuilt with the new split, and the caps follow (B_pre = B_dec = 16)
+    from fasttts.api import FastTTS
+    from fasttts.config import RunConfig
+
+    cfg = RunConfig.model_validate({
+        "runtime": {"memory_planner": True, "replan_min_gain": 0.0},
+        "search": {"n": 2, "beam_width": 2, "max_tokens": 64, "num_iterations": 2},
+        "generator": {"model": DEFAULT_GENERATOR, "kv_cache_memory_bytes": 64 * MiB,
+                      "max_model_len": 2048},
+        "verifier": {"engine": {"model": DEFAULT_VERIFIER, "kv_cache_memory_bytes": 64 * MiB,
+                                "max_model_len": 2048}}})
+    with FastTTS(cfg) as tts:
+        assert (tts.plan.b_pre, tts.plan.b_dec) == (2, 2)
+        first = tts.generator
+        tts.solve(PROBLEM.problem, PROBLEM.id)
+        assert tts.replans == []
+        result = tts.solve(PROBLEM.problem, PROBLEM.id,
+                           search=cfg.search.model_copy(update={"n": 16}))
+        change = tts.replans[-1]
+        assert change.resplit and (change.plan.b_pre, change.plan.b_dec) == (16, 16)
+        assert tts.generator is not first
+        assert tts.config.generator.kv_cache_memory_bytes == change.generator_kv_bytes
+        assert tts.config.verifier.engine.kv_cache_memory_bytes == change.verifier_kv_bytes
+        assert tts.generator.max_num_seqs == 16 and tts.verifier.batch_size == 16
+        assert 1 <= len(result.completions) <= 16
+        assert tts.generator.cache_stats().num_blocks_used == 0

@@ -154,6 +154,16 @@ class GeneratorBackend(ABC):
         """Sequences queued and not yet running (0 for engines that do not say)."""
         return 0
 
+    def set_max_running(self, max_running: int) -> None:
+        """Cap the sequences running at once (B_dec) from the next step on; `max_num_seqs`
+        then reads the new cap. Used by the memory planner between requests.
+
+        Raises:
+            ValueError: max_running is not within 1..the engine's batch slots.
+            NotImplementedError: the backend cannot change its cap while running.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot change its decode batch cap")
+
     def num_arrivals(self) -> int:
         """Requests admitted onto this engine so far when it is shared by a server (each one
         stops running speculation: SBE's phase 2 is preemptible); 0 for an engine that serves

@@ -13,8 +13,9 @@ from typing import Any
 from fasttts.config import EngineConfig
 from fasttts.models import ModelLoadError, resolve_model
 
-__all__ = ["build_engine", "configure_vllm_env", "engine_block_pool", "engine_counters",
-           "engine_scheduler", "run_batch", "shutdown_engine"]
+__all__ = ["build_engine", "configure_vllm_env", "engine_block_pool", "engine_block_size",
+           "engine_counters", "engine_scheduler", "min_kv_cache_tokens", "run_batch",
+           "shutdown_engine"]
 
 
 def configure_vllm_env(num_threads: int) -> None:
@@ -28,6 +29,23 @@ def configure_vllm_env(num_threads: int) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", str(num_threads))
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def engine_block_size(cfg: EngineConfig) -> int:
+    """Tokens per KV block of the engine `build_engine(cfg)` makes: `cfg.block_size`, else 128
+    on vLLM's CPU build (its attention needs a multiple of 32), else vLLM's default 16."""
+    if cfg.block_size is not None:
+        return cfg.block_size
+    from vllm.platforms import current_platform
+
+    return 128 if current_platform.is_cpu() else 16
+
+
+def min_kv_cache_tokens(cfg: EngineConfig) -> int:
+    """The fewest tokens of KV cache vLLM accepts for `cfg`: one max_model_len sequence in
+    whole blocks, plus the block vLLM's pool reserves (its null block)."""
+    bs = engine_block_size(cfg)
+    return (-(-cfg.max_model_len // bs) + 1) * bs
 
 
 def build_engine(cfg: EngineConfig, **overrides: Any):
@@ -52,9 +70,7 @@ def build_engine(cfg: EngineConfig, **overrides: Any):
 
     is_cpu = current_platform.is_cpu()
     enforce_eager = cfg.enforce_eager if cfg.enforce_eager is not None else is_cpu
-    block_size = cfg.block_size
-    if block_size is None and is_cpu:
-        block_size = 128
+    block_size = engine_block_size(cfg) if cfg.block_size is not None or is_cpu else None
     if is_cpu and block_size % 32:
         raise ValueError(f"block_size={block_size}: vLLM's CPU attention needs a multiple of 32")
     kwargs: dict[str, Any] = dict(

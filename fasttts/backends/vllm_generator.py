@@ -32,7 +32,8 @@ class VLLMGenerator(GeneratorBackend):
         self.engine = build_engine(cfg)
         self.tokenizer = self.engine.get_tokenizer()
         self.max_model_len = self.engine.model_config.max_model_len
-        self.max_num_seqs = self.engine.vllm_config.scheduler_config.max_num_seqs
+        sched = self.engine.vllm_config.scheduler_config
+        self.max_num_seqs = sched.max_num_active_seqs or sched.max_num_seqs
         self._live: set[str] = set()
 
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
@@ -112,6 +113,26 @@ class VLLMGenerator(GeneratorBackend):
     def num_waiting(self) -> int:
         scheduler = engine_scheduler(self.engine)
         return len(scheduler.waiting) if scheduler is not None else 0
+
+    def set_max_running(self, max_running: int) -> None:
+        """Set vLLM's admission limit into RUNNING (`max_num_active_seqs`, read by the
+        scheduler at every step) to `max_running`; the engine's `max_num_seqs` stays the
+        ceiling. Sequences already running finish their step; the cap applies to admission.
+
+        Raises:
+            ValueError: max_running not within 1..max_num_seqs of the engine.
+            NotImplementedError: the engine core runs in another process.
+        """
+        ceiling = self.engine.vllm_config.scheduler_config.max_num_seqs
+        if not 1 <= max_running <= ceiling:
+            raise ValueError(f"max_running must be within 1..{ceiling} (the engine's "
+                             f"max_num_seqs), got {max_running}")
+        scheduler = engine_scheduler(self.engine)
+        if scheduler is None or not hasattr(scheduler, "max_num_active_reqs"):
+            raise NotImplementedError("this vLLM engine's scheduler runs out of process or has "
+                                      "no admission limit; its decode cap cannot change")
+        scheduler.max_num_active_reqs = max_running
+        self.max_num_seqs = max_running
 
     def cache_stats(self) -> CacheStats:
         pool = engine_block_pool(self.engine)

@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from fasttts.backends.sim.roofline import StepShape, step_time
 from fasttts.backends.sim.specs import HardwareSpec, ModelSpec
 
-__all__ = ["MemoryPlan", "PlanError", "PlanInput", "iteration_time", "plan_for_run", "plan_memory",
-           "plan_real_engines", "static_plan"]
+__all__ = ["MemoryPlan", "PlanError", "PlanInput", "iteration_time", "plan_for_run", "plan_input",
+           "plan_memory", "plan_real_engines", "plan_within", "real_model_specs", "static_plan",
+           "apply_real_plan"]
 
 
 class PlanError(ValueError):
@@ -59,6 +60,9 @@ class PlanInput:
             0 = the paper's accounting, every sequence holds all its tokens).
         share: sequences that share those tokens (beam search: the beam_width siblings of
             one parent), so each holds shared_len / share of them.
+        verifier_floor: bytes the verifier's KV cache takes however small B_pre is (an engine
+            must hold one max_model_len sequence); the coupled constraint becomes
+            max(B_pre * KVBytes_ver, floor) + B_dec * KVBytes_gen <= M. 0 = the paper's.
     """
 
     memory_bytes: int
@@ -71,6 +75,7 @@ class PlanInput:
     cache_len: int | None = None
     shared_len: int = 0
     share: int = 1
+    verifier_floor: int = 0
 
     def __post_init__(self) -> None:
         for name in ("memory_bytes", "num_requests", "verifier_len", "decode_len", "share"):
@@ -142,7 +147,8 @@ def iteration_time(inp: PlanInput, b_pre: int, b_dec: int) -> tuple[float, float
 
 def _plan(inp: PlanInput, b_pre: int, b_dec: int, kind: str, overhead: float = 0.0) -> MemoryPlan:
     tv, tg = iteration_time(inp, b_pre, b_dec)
-    return MemoryPlan(b_pre, b_dec, b_pre * inp.kv_ver, b_dec * inp.kv_gen, kind == "offload",
+    ver = b_pre * inp.kv_ver if kind == "offload" else max(b_pre * inp.kv_ver, inp.verifier_floor)
+    return MemoryPlan(b_pre, b_dec, ver, b_dec * inp.kv_gen, kind == "offload",
                       tv + tg + overhead, tv, tg, overhead, kind)
 
 
@@ -150,7 +156,7 @@ def _coupled(inp: PlanInput) -> MemoryPlan | None:
     n, m = inp.num_requests, inp.memory_bytes
     best = None
     for b_pre in range(1, min(n, m // inp.kv_ver) + 1):
-        b_dec = min(n, (m - b_pre * inp.kv_ver) // inp.kv_gen)
+        b_dec = min(n, (m - max(b_pre * inp.kv_ver, inp.verifier_floor)) // inp.kv_gen)
         if b_dec < 1:
             break
         tv, tg = iteration_time(inp, b_pre, b_dec)
@@ -158,6 +164,32 @@ def _coupled(inp: PlanInput) -> MemoryPlan | None:
         if best is None or key < best[0]:
             best = (key, b_pre, b_dec)
     return None if best is None else _plan(inp, best[1], best[2], "roofline")
+
+
+def _fastest(count: int, cost) -> int:
+    """The batch in 1..count with the least cost(batch); ties go to the larger batch."""
+    return min(range(1, count + 1), key=lambda b: (cost(b), -b))
+
+
+def plan_within(inp: PlanInput, generator_bytes: int, verifier_bytes: int) -> MemoryPlan | None:
+    """The fastest batch caps for a KV split that stays as it is (re-planning without resizing
+    the engines): B_pre <= verifier_bytes / KVBytes_ver(1, S), B_dec <= generator_bytes /
+    KVBytes_gen(1, S_dec), both <= N. The two terms of T_tot then depend on one batch each, so
+    each is minimised on its own (ties to the larger batch). Kind "fixed".
+
+    Returns:
+        The plan, or None when a share cannot hold one sequence.
+    """
+    n = inp.num_requests
+    cap_pre = min(n, verifier_bytes // inp.kv_ver)
+    cap_dec = min(n, generator_bytes // inp.kv_gen)
+    if cap_pre < 1 or cap_dec < 1:
+        return None
+    b_pre = _fastest(cap_pre, lambda b: iteration_time(inp, b, 1)[0])
+    b_dec = _fastest(cap_dec, lambda b: iteration_time(inp, 1, b)[1])
+    tv, tg = iteration_time(inp, b_pre, b_dec)
+    return MemoryPlan(b_pre, b_dec, verifier_bytes, generator_bytes, False, tv + tg, tv, tg, 0.0,
+                      "fixed")
 
 
 def _offload(inp: PlanInput) -> MemoryPlan | None:
@@ -200,41 +232,74 @@ PLAN_STEP_LEN = 64
 TREE_METHODS = ("beam_search", "dvts", "vg_search", "dynamic_branching")
 
 
+def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
+               hardware: HardwareSpec, seq_len: int | None = None,
+               verifier_floor: int = 0) -> PlanInput:
+    """The workload the planner sizes a run for.
+
+    N = search n beams; S = S_dec = `seq_len` if given (a measured mean path length), else
+    `runtime.plan_seq_len`, else 256 + max_tokens / 2 tokens, at most the generator's context;
+    S_cache = S_dec / 2. Prefix sharing: all but the newest step (`PLAN_STEP_LEN` tokens) of a
+    path is shared by the beam_width children of its parent (`PlanInput.shared_len`, `share`);
+    a method whose paths share only the prompt (best-of-N, self-consistency, SART) shares
+    nothing here. `verifier_floor`: see `PlanInput` (bytes).
+
+    Raises:
+        ValueError: a size below 1 (see `PlanInput`).
+    """
+    seq_len = min(seq_len or cfg.runtime.plan_seq_len or 256 + cfg.search.max_tokens // 2,
+                  cfg.generator.max_model_len)
+    tree = cfg.search.method in TREE_METHODS
+    return PlanInput(memory_bytes=budget, generator=generator, verifier=verifier,
+                     hardware=hardware, num_requests=cfg.search.n, verifier_len=seq_len,
+                     decode_len=seq_len,
+                     shared_len=max(0, seq_len - PLAN_STEP_LEN) if tree else 0,
+                     share=min(cfg.search.beam_width, cfg.search.n) if tree else 1,
+                     verifier_floor=verifier_floor)
+
+
 def plan_for_run(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
                  hardware: HardwareSpec, allow_offload: bool,
-                 verifier_min_tokens: int) -> tuple[MemoryPlan, int]:
+                 verifier_min_tokens: int, seq_len: int | None = None) -> tuple[MemoryPlan, int]:
     """The plan a run applies, and the verifier's KV-cache size under it (bytes).
 
-    The workload: N = search n beams, S = S_dec = `runtime.plan_seq_len` (default 256 +
-    max_tokens / 2 tokens, at most the generator's context), S_cache = S_dec / 2. Prefix
-    sharing: all but the newest step (`PLAN_STEP_LEN` tokens) of a path is shared by the
-    beam_width children of its parent (`PlanInput.shared_len`, `share`); a method whose paths
-    share only the prompt (best-of-N, self-consistency, SART) shares nothing here. Without
-    offloading the verifier gets what B_pre sequences need, but at least
-    `verifier_min_tokens` tokens (one longest sequence), and the generator the rest of
-    `budget` (decoding is the more memory-sensitive stage); with offloading each gets all of it.
+    The workload is `plan_input(cfg, budget, ..., seq_len)`. Without offloading the verifier
+    gets what B_pre sequences need, but at least `verifier_min_tokens` tokens (one longest
+    sequence; the plan's B_dec counts that floor), and the generator the rest of `budget`
+    (decoding is the more memory-sensitive stage); with offloading each gets all of it.
 
     Raises:
         PlanError: nothing fits.
     """
-    seq_len = min(cfg.runtime.plan_seq_len or 256 + cfg.search.max_tokens // 2,
-                  cfg.generator.max_model_len)
-    tree = cfg.search.method in TREE_METHODS
-    inp = PlanInput(memory_bytes=budget, generator=generator, verifier=verifier,
-                    hardware=hardware, num_requests=cfg.search.n, verifier_len=seq_len,
-                    decode_len=seq_len,
-                    shared_len=max(0, seq_len - PLAN_STEP_LEN) if tree else 0,
-                    share=min(cfg.search.beam_width, cfg.search.n) if tree else 1)
-    plan = plan_memory(inp, allow_offload)
-    if plan.offload:
-        return plan, budget
-    return plan, max(plan.verifier_kv_bytes, verifier_min_tokens * verifier.kv_bytes_per_token)
+    floor = verifier_min_tokens * verifier.kv_bytes_per_token
+    plan = plan_memory(plan_input(cfg, budget, generator, verifier, hardware, seq_len, floor),
+                       allow_offload)
+    return plan, budget if plan.offload else plan.verifier_kv_bytes
+
+
+def real_model_specs(cfg) -> tuple[ModelSpec, ModelSpec]:
+    """The (generator, verifier) model specs of a real-engine config.
+
+    Raises:
+        PlanError: a model without a spec.
+    """
+    from fasttts.backends.sim.specs import find_model_spec
+
+    specs = []
+    for model in (cfg.generator.model, cfg.verifier.engine.model):
+        spec = find_model_spec(model)
+        if spec is None:
+            raise PlanError(f"the memory planner has no model spec for {model!r}; add a JSON "
+                            f"spec to fasttts/backends/sim/specs/models/ or turn the planner off")
+        specs.append(spec)
+    return specs[0], specs[1]
 
 
 def plan_real_engines(cfg, hardware: str):
     """`cfg` (a RunConfig for real vLLM engines) with the planner's KV sizes and batch caps
-    applied: the generator's and verifier's `kv_cache_memory_bytes` re-split from their sum,
-    the generator's `max_num_seqs` = B_dec, the verifier's batch = B_pre.
+    applied (`apply_real_plan`): the generator's and verifier's `kv_cache_memory_bytes`
+    re-split from their sum, the generator's admission limit = B_dec, the verifier's batch =
+    B_pre. Returns (config, plan).
 
     Args:
         cfg: the run configuration.
@@ -244,28 +309,38 @@ def plan_real_engines(cfg, hardware: str):
         PlanError: a model without a spec, nothing fits, or offloading asked for (vLLM's
             sleep mode is not wired up: the offload decision is planned and simulated only).
     """
-    from fasttts.backends.sim.specs import find_model_spec, load_hardware
+    from fasttts.backends.sim.specs import load_hardware
 
-    specs = []
-    for model in (cfg.generator.model, cfg.verifier.engine.model):
-        spec = find_model_spec(model)
-        if spec is None:
-            raise PlanError(f"the memory planner has no model spec for {model!r}; add a JSON "
-                            f"spec to fasttts/backends/sim/specs/models/ or turn the planner off")
-        specs.append(spec)
+    specs = real_model_specs(cfg)
     if cfg.runtime.offload:
         raise PlanError("offloading is planned and simulated (--backend sim) but not applied to "
                         "real vLLM engines yet; drop --offload")
     gen_cfg, ver_cfg = cfg.generator, cfg.verifier.engine
     budget = gen_cfg.kv_cache_memory_bytes + ver_cfg.kv_cache_memory_bytes
+    from fasttts.backends.vllm_engine import min_kv_cache_tokens
+
     plan, ver_kv = plan_for_run(cfg, budget, specs[0], specs[1], load_hardware(hardware),
-                                allow_offload=False, verifier_min_tokens=ver_cfg.max_model_len)
+                                allow_offload=False,
+                                verifier_min_tokens=min_kv_cache_tokens(ver_cfg))
+    return apply_real_plan(cfg, plan, budget - ver_kv, ver_kv), plan
+
+
+def apply_real_plan(cfg, plan: MemoryPlan, generator_kv_bytes: int, verifier_kv_bytes: int):
+    """`cfg` with a plan's KV sizes and caps for real engines: the generator's
+    `kv_cache_memory_bytes` and its vLLM admission limit `max_num_active_seqs` = B_dec (with
+    `max_num_seqs`, the engine's slots, at least that and at least the configured value or
+    256, so later re-plans can raise the limit without a rebuild), the verifier's KV size and
+    batch B_pre."""
+    gen_cfg, ver_cfg = cfg.generator, cfg.verifier.engine
+    slots = max(plan.b_dec, gen_cfg.extra_engine_args.get("max_num_seqs", 256))
     gen = gen_cfg.model_copy(update={
-        "kv_cache_memory_bytes": budget - ver_kv,
-        "extra_engine_args": {**gen_cfg.extra_engine_args, "max_num_seqs": plan.b_dec}})
+        "kv_cache_memory_bytes": generator_kv_bytes,
+        "extra_engine_args": {**gen_cfg.extra_engine_args, "max_num_seqs": slots,
+                              "max_num_active_seqs": plan.b_dec}})
     ver = cfg.verifier.model_copy(update={
-        "batch_size": plan.b_pre, "engine": ver_cfg.model_copy(update={"kv_cache_memory_bytes": ver_kv})})
-    return cfg.model_copy(update={"generator": gen, "verifier": ver}), plan
+        "batch_size": plan.b_pre,
+        "engine": ver_cfg.model_copy(update={"kv_cache_memory_bytes": verifier_kv_bytes})})
+    return cfg.model_copy(update={"generator": gen, "verifier": ver})
 
 
 def static_plan(inp: PlanInput, generator_share: float = 0.5) -> MemoryPlan:

@@ -52,6 +52,18 @@ class Verifier(ABC):
             For each request, `len(steps) - start` scores in [0, 1], in step order.
         """
 
+    def set_batch_size(self, batch_size: int) -> None:
+        """Score at most `batch_size` paths per pass from the next call on (B_pre; the
+        memory planner sets it between requests). Verifiers that batch keep the cap in their
+        `batch_size` attribute.
+
+        Raises:
+            ValueError: batch_size < 1.
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.batch_size = batch_size
+
     def now(self) -> float:
         """The clock the verifier's time is measured on (seconds)."""
         import time

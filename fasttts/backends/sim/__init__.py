@@ -19,7 +19,7 @@ from fasttts.backends.sim.workload import Workload, WorkloadModel
 from fasttts.config import RunConfig, SimConfig
 
 __all__ = ["MemorySplit", "SimGenerator", "SimVerifier", "Workload", "WorkloadModel", "build_sim",
-           "check_sim_config", "static_split"]
+           "check_sim_config", "resize_sim", "static_split"]
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,23 @@ def build_sim(cfg: RunConfig, workload: Workload | None = None) -> tuple[SimGene
     verifier = SimVerifier(ver_engine, workload, offload_s)
     generator.memory = split
     generator.plan = plan
+    generator.kv_split = (gen_kv, ver_kv)  # bytes given to the two caches (before rounding)
     return generator, verifier
+
+
+def resize_sim(generator: SimGenerator, verifier: SimVerifier, generator_kv_bytes: int,
+               verifier_kv_bytes: int, offload_s: float) -> None:
+    """Give the simulated engines a new KV split between searches (a re-plan, as rebuilding
+    real engines would): each cache gets its bytes (whole blocks) and starts empty, and the
+    verifier charges `offload_s` per scoring call (0 without offloading).
+
+    Raises:
+        RuntimeError: sequences are still in an engine.
+        ValueError: a cache would not hold one max_model_len sequence.
+    """
+    generator.engine.resize(generator_kv_bytes)
+    verifier.engine.resize(verifier_kv_bytes)
+    verifier.offload_s = offload_s
 
 
 def check_sim_config(cfg: RunConfig) -> None:

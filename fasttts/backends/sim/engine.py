@@ -107,6 +107,24 @@ class SimEngine:
         self.num_steps = 0
         self.busy_time = 0.0
 
+    def resize(self, kv_bytes: int) -> None:
+        """Give the KV cache `kv_bytes` bytes (whole blocks), as rebuilding a real engine with
+        another KV size would: the prefix cache starts empty.
+
+        Raises:
+            RuntimeError: sequences are still in the engine.
+            ValueError: the new cache cannot hold one max_model_len sequence.
+        """
+        if self.seqs or self.running or self._waiting:
+            raise RuntimeError(f"{self.model.name}: cannot resize the KV cache while "
+                               f"{len(self.seqs)} sequences are in the engine")
+        bs = self.kv.block_size
+        num_blocks = kv_bytes // (bs * self.model.kv_bytes_per_token)
+        if num_blocks < -(-self.max_model_len // bs):
+            raise ValueError(f"{self.model.name}: {kv_bytes / 2**20:.1f} MiB of KV cache cannot "
+                             f"hold one sequence of max_model_len={self.max_model_len} tokens")
+        self.kv = KVCacheManager(num_blocks, bs)
+
     def add(self, seq: SimSequence) -> None:
         """Queue a sequence (it keeps its `priority`; arrival order breaks ties)."""
         seq.arrival = next(self._arrivals)

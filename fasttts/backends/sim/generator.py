@@ -49,6 +49,11 @@ class SimGenerator(GeneratorBackend):
         self._gens: dict[str, _Gen] = {}
         self._text: dict[int, str] = {}  # token id -> text (the simulated vocabulary is small)
 
+    def set_max_running(self, max_running: int) -> None:
+        if max_running < 1:
+            raise ValueError(f"max_running must be >= 1, got {max_running}")
+        self.engine.max_num_seqs = self.max_num_seqs = max_running
+
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
         return tok.encode_chat(messages)
 

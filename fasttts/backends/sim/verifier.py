@@ -36,6 +36,11 @@ class SimVerifier(Verifier):
         self._ids = itertools.count()
         self._step_ids: dict[str, list[int]] = {}  # steps recur every iteration of a search
 
+    def set_batch_size(self, batch_size: int) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.engine.max_num_seqs = batch_size
+
     def input_ids(self, req: ScoreRequest) -> list[int]:
         """The PRM's input tokens: the problem, then each step (encoded step by step, so a
         path's input is a prefix of its extension's input)."""

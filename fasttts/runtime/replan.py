@@ -1,0 +1,160 @@
+"""Re-planning the memory split between requests (FastTTS section 4.3.1, "the workload
+changes").
+
+The roofline planner (`fasttts.runtime.memory_planner`) sizes the KV split and the batch caps
+for one workload: N beams of about S tokens. Both change between requests: a request asks for
+another n, and the paths' real lengths differ from the first guess (256 + max_tokens / 2).
+`Replanner` keeps the plan in force and, before each request, plans for that request's n and
+the mean path length measured over the last `window` requests:
+
+- the batch caps (B_pre: the verifier batch, B_dec: the generator's running sequences) change
+  whenever the new plan's differ; that costs nothing (vLLM's scheduler admission limit
+  `max_num_active_seqs`, the verifier's batch size);
+- the KV split changes only when keeping it is predicted to cost more than `min_gain` of the
+  iteration time: T_tot of the best caps within the current split (`plan_within`) against
+  T_tot of the free optimum. Resizing means rebuilding real engines (seconds to minutes) and
+  drops their prefix caches, so small gains are not worth it. A switch to or from offloading
+  always re-splits.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass
+
+from fasttts.backends.sim.specs import HardwareSpec, ModelSpec
+from fasttts.runtime.memory_planner import MemoryPlan, plan_for_run, plan_input, plan_within
+
+__all__ = ["Replan", "Replanner"]
+
+
+@dataclass(frozen=True)
+class Replan:
+    """A change of plan to apply before the next request.
+
+    Attributes:
+        plan: the plan now in force (its b_pre / b_dec are the new caps).
+        generator_kv_bytes, verifier_kv_bytes: the KV-cache sizes under it (bytes).
+        resplit: the KV split changed (the engines must be resized); False = only caps.
+        num_requests, seq_len: the workload it was planned for (beams; tokens per path).
+    """
+
+    plan: MemoryPlan
+    generator_kv_bytes: int
+    verifier_kv_bytes: int
+    resplit: bool
+    num_requests: int
+    seq_len: int
+
+
+class Replanner:
+    """Keeps the memory plan matched to the workload of each request.
+
+    Args:
+        budget: M, both KV caches together (bytes).
+        generator, verifier: the model shapes.
+        hardware: the roofline the plan is evaluated on.
+        allow_offload: the planner may offload (section 4.3.2).
+        verifier_min_tokens: the verifier's KV cache holds at least one sequence of this many
+            tokens (its max_model_len).
+        current: the plan the engines were built with, and their KV sizes (bytes).
+        min_gain: re-split only when that lowers the predicted iteration time by more than
+            this fraction (>= 0; 0 = whenever the optimum moves).
+        window: requests whose measured mean path length sets S (>= 1).
+
+    Raises:
+        ValueError: min_gain < 0 or window < 1.
+    """
+
+    def __init__(self, budget: int, generator: ModelSpec, verifier: ModelSpec,
+                 hardware: HardwareSpec, allow_offload: bool, verifier_min_tokens: int,
+                 current: MemoryPlan, generator_kv_bytes: int, verifier_kv_bytes: int,
+                 min_gain: float = 0.05, window: int = 8):
+        if min_gain < 0 or window < 1:
+            raise ValueError(f"need min_gain >= 0 and window >= 1, got {min_gain}, {window}")
+        self.budget, self.generator, self.verifier = budget, generator, verifier
+        self.hardware, self.allow_offload = hardware, allow_offload
+        self.verifier_min_tokens = verifier_min_tokens
+        self.plan = current
+        self.generator_kv_bytes, self.verifier_kv_bytes = generator_kv_bytes, verifier_kv_bytes
+        self.min_gain = min_gain
+        self._lengths: deque[float] = deque(maxlen=window)
+        self.num_replans = self.num_resplits = 0
+
+    def observe(self, prompt_tokens: int, path_tokens: list[int]) -> None:
+        """Record one finished request: its prompt length and the generated length of each
+        returned path (tokens). A request that returned no path is ignored."""
+        if path_tokens:
+            self._lengths.append(prompt_tokens + statistics.fmean(path_tokens))
+
+    @property
+    def measured_len(self) -> int | None:
+        """Mean path length (tokens, prompt included) over the window; None before any."""
+        return round(statistics.fmean(self._lengths)) if self._lengths else None
+
+    def update(self, cfg) -> Replan | None:
+        """Plan for the next request (`cfg`: its RunConfig; N = cfg.search.n) and say what
+        changes, or None when the caps and the split stay as they are. `runtime.plan_seq_len`,
+        when set, wins over the measured length.
+
+        Raises:
+            fasttts.runtime.memory_planner.PlanError: the workload does not fit the budget.
+        """
+        seq_len = None if cfg.runtime.plan_seq_len else self.measured_len
+        inp = plan_input(cfg, self.budget, self.generator, self.verifier, self.hardware, seq_len)
+        best, ver_kv = plan_for_run(cfg, self.budget, self.generator, self.verifier,
+                                    self.hardware, self.allow_offload, self.verifier_min_tokens,
+                                    seq_len)
+        kept = None
+        if not best.offload and not self.plan.offload:
+            kept = plan_within(inp, self.generator_kv_bytes, self.verifier_kv_bytes)
+        if kept is not None and kept.t_total <= best.t_total * (1 + self.min_gain):
+            if (kept.b_pre, kept.b_dec) == (self.plan.b_pre, self.plan.b_dec):
+                return None
+            self.plan, resplit = kept, False
+        else:
+            gen_kv = self.budget if best.offload else self.budget - ver_kv
+            resplit = (best.offload != self.plan.offload
+                       or (gen_kv, ver_kv) != (self.generator_kv_bytes, self.verifier_kv_bytes))
+            if not resplit and (best.b_pre, best.b_dec) == (self.plan.b_pre, self.plan.b_dec):
+                return None
+            self.plan = best
+            self.generator_kv_bytes, self.verifier_kv_bytes = gen_kv, ver_kv
+            self.num_resplits += resplit
+        self.num_replans += 1
+        return Replan(self.plan, self.generator_kv_bytes, self.verifier_kv_bytes, resplit,
+                      inp.num_requests, inp.verifier_len)
+
+
+def sim_replanner(cfg, generator, verifier) -> Replanner:
+    """The replanner of simulated engines built by `fasttts.backends.sim.build_sim` with the
+    planner on (`generator.plan`, `generator.memory` and `generator.kv_split` set)."""
+    gen_engine, ver_engine = generator.engine, verifier.engine
+    bs = gen_engine.kv.block_size
+    split = generator.memory
+    gen_kv, ver_kv = generator.kv_split
+    return Replanner(
+        split.generator_kv + split.verifier_kv, gen_engine.model, ver_engine.model,
+        gen_engine.hw, cfg.runtime.offload, -(-cfg.verifier.engine.max_model_len // bs) * bs,
+        generator.plan, gen_kv, ver_kv, cfg.runtime.replan_min_gain)
+
+
+def real_replanner(cfg, hardware: str, plan: MemoryPlan) -> Replanner:
+    """The replanner of real engines whose config `plan_real_engines` produced (`cfg`, `plan`)
+    on `hardware` (a hardware spec name).
+
+    Raises:
+        fasttts.runtime.memory_planner.PlanError: a model without a spec.
+    """
+    from fasttts.backends.sim.specs import load_hardware
+    from fasttts.runtime.memory_planner import real_model_specs
+
+    from fasttts.backends.vllm_engine import min_kv_cache_tokens
+
+    gen, ver = real_model_specs(cfg)
+    gen_kv = cfg.generator.kv_cache_memory_bytes
+    ver_kv = cfg.verifier.engine.kv_cache_memory_bytes
+    return Replanner(gen_kv + ver_kv, gen, ver, load_hardware(hardware), False,
+                     min_kv_cache_tokens(cfg.verifier.engine), plan, gen_kv, ver_kv,
+                     cfg.runtime.replan_min_gain)

@@ -1,0 +1,165 @@
+"""Re-planning the memory split between requests (`fasttts.runtime.replan`)."""
+
+import itertools
+
+import pytest
+
+from fasttts.backends.sim.specs import load_hardware, load_model
+from fasttts.config import RunConfig
+from fasttts.runtime.memory_planner import (iteration_time, plan_for_run, plan_input,
+                                            plan_within)
+from fasttts.runtime.replan import Replanner
+
+GiB = 1 << 30
+GEN, VER, HW = load_model("qwen2.5-math-1.5b"), load_model("math-shepherd-7b"), load_hardware("rtx4090")
+FLOOR_TOKENS = 4096  # the verifier's max_model_len: its cache holds one such sequence
+
+
+def _cfg(n, max_tokens=1536, **runtime):
+    return RunConfig.model_validate({
+        "backend": "sim", "runtime": {"memory_planner": True, **runtime},
+        "generator": {"model": "qwen2.5-math-1.5b"},
+        "verifier": {"engine": {"model": "math-shepherd-7b"}},
+        "search": {"method": "beam_search", "n": n, "beam_width": 4, "max_tokens": max_tokens},
+        "sim": {"hardware": "rtx4090"}})
+
+
+def _replanner(budget, n=8, min_gain=0.05, **runtime):
+    plan, ver_kv = plan_for_run(_cfg(n, **runtime), budget, GEN, VER, HW, False, FLOOR_TOKENS)
+    return Replanner(budget, GEN, VER, HW, False, FLOOR_TOKENS, plan, budget - ver_kv, ver_kv,
+                     min_gain)
+
+
+def test_plan_within_equals_brute_force_over_the_fixed_split():
+    inp = plan_input(_cfg(64), int(1.5 * GiB), GEN, VER, HW)
+    gen_bytes, ver_bytes = 1 * GiB, GiB // 2
+    plan = plan_within(inp, gen_bytes, ver_bytes)
+    cap_pre, cap_dec = ver_bytes // inp.kv_ver, min(64, gen_bytes // inp.kv_gen)
+    best = min(((sum(iteration_time(inp, p, d)), -d, p) for p, d in
+                itertools.product(range(1, min(64, cap_pre) + 1), range(1, cap_dec + 1))))
+    assert (plan.b_pre, plan.b_dec) == (best[2], -best[1])
+    assert plan.t_total == pytest.approx(best[0])
+    assert (plan.generator_kv_bytes, plan.verifier_kv_bytes) == (gen_bytes, ver_bytes)
+    assert plan_within(inp, gen_bytes, inp.kv_ver - 1) is None  # not one verifier sequence
+
+
+def test_same_workload_changes_nothing():
+    rp = _replanner(int(1.5 * GiB))
+    assert rp.update(_cfg(8)) is None and rp.num_replans == 0
+
+
+def test_small_gain_changes_caps_only_and_large_gain_resplits():
+    # 3 GiB planned for n = 64: B_pre 64, B_dec 64, the verifier gets 2432 MiB. The per-iteration
+    # times below are the planner's (S = S_dec = 256 + 1536 / 2 = 1024 tokens):
+    # n = 8: the best caps within that split (8, 8) equal the free optimum (8.32 s) -> caps only.
+    # n = 256: within the split (64, 64) cost 70.4 s, the optimum (16, 256) with a 608 MiB
+    # verifier 49.4 s: +42 % > 5 % -> re-split.
+    # n = 64 again: within the new split (16, 64) 17.61 s vs the optimum's 17.60 s -> caps only.
+    budget = 3 * GiB
+    rp = _replanner(budget, n=64)
+    first = (rp.generator_kv_bytes, rp.verifier_kv_bytes)
+    assert first[1] == 2432 << 20
+    change = rp.update(_cfg(8))
+    assert not change.resplit and change.plan.kind == "fixed"
+    assert (change.plan.b_pre, change.plan.b_dec) == (8, 8)
+    assert (change.generator_kv_bytes, change.verifier_kv_bytes) == first
+    change = rp.update(_cfg(256))
+    best, ver_kv = plan_for_run(_cfg(256), budget, GEN, VER, HW, False, FLOOR_TOKENS)
+    kept = plan_within(plan_input(_cfg(256), budget, GEN, VER, HW), *first)
+    assert (kept.b_pre, kept.b_dec) == (64, 64) and kept.t_total > 1.4 * best.t_total
+    assert change.resplit and change.plan == best and (best.b_pre, best.b_dec) == (16, 256)
+    assert (change.generator_kv_bytes, change.verifier_kv_bytes) == (budget - ver_kv, ver_kv)
+    assert ver_kv == 608 << 20
+    change = rp.update(_cfg(64))
+    assert not change.resplit and (change.plan.b_pre, change.plan.b_dec) == (16, 64)
+    assert (rp.num_replans, rp.num_resplits) == (3, 1)
+
+
+def test_the_plan_counts_the_verifiers_floor():
+    # 1 GiB, n = 256: the verifier's cache holds one 4096-token sequence (512 MiB) whatever
+    # B_pre is, so B_dec must fit in the other 512 MiB
+    inp = plan_input(_cfg(256), GiB, GEN, VER, HW, verifier_floor=FLOOR_TOKENS * VER.kv_bytes_per_token)
+    best, ver_kv = plan_for_run(_cfg(256), GiB, GEN, VER, HW, False, FLOOR_TOKENS)
+    assert ver_kv == best.verifier_kv_bytes == 512 << 20
+    assert best.b_dec * inp.kv_gen <= GiB - ver_kv
+    assert best.b_pre * inp.kv_ver <= ver_kv
+
+
+def test_min_gain_sets_when_to_resplit():
+    never = _replanner(3 * GiB, n=64, min_gain=10.0)
+    assert never.update(_cfg(256)) is None  # (64, 64) within the split, as planned for 64
+    assert never.num_resplits == 0
+    always = _replanner(3 * GiB, n=8, min_gain=0.0)
+    assert always.update(_cfg(64)).resplit  # 17.62 s within the split > 17.60 s
+    with pytest.raises(ValueError, match="min_gain >= 0"):
+        _replanner(GiB, min_gain=-0.1)
+
+
+def test_measured_lengths_set_the_sequence_length():
+    rp = _replanner(int(1.5 * GiB))
+    assert rp.measured_len is None
+    rp.observe(100, [300, 500])  # 100 + 400
+    rp.observe(50, [])  # no path returned: ignored
+    rp.observe(200, [400])  # 600
+    assert rp.measured_len == 550
+    change = rp.update(_cfg(64))
+    assert change.seq_len == 550
+    fixed = _replanner(int(1.5 * GiB), plan_seq_len=2000)
+    fixed.observe(100, [300])
+    assert fixed.update(_cfg(64, plan_seq_len=2000)).seq_len == 2000
+
+
+def _sim_tts(n=64, kv_gib=3):
+    from fasttts.api import FastTTS
+
+    cfg = _cfg(n, plan_seq_len=1024).model_dump(exclude_unset=True)  # fixed S: the sizes above, by hand
+    cfg["sim"].update(generator_kv_cache_bytes=int(kv_gib * GiB / 2),
+                      verifier_kv_cache_bytes=int(kv_gib * GiB / 2))
+    cfg = RunConfig.model_validate(cfg)
+    return FastTTS(cfg), cfg
+
+
+def test_fasttts_follows_each_problems_n_on_the_simulator():
+    # the sequence of test_small_gain_changes_caps_only_and_large_gain_resplits, applied
+    tts, cfg = _sim_tts()
+    with tts:
+        gen, ver = tts.generator.engine, tts.verifier.engine
+        assert ver.kv.num_blocks == (2432 << 20) // (16 * VER.kv_bytes_per_token)
+        for n, caps, resplit in ((64, (64, 64), None), (8, (8, 8), False),
+                                 (256, (16, 256), True), (64, (16, 64), False)):
+            result = tts.solve("What is 2+3?", "p", search=cfg.search.model_copy(update={"n": n}))
+            assert (tts.plan.b_pre, tts.plan.b_dec) == caps
+            assert (gen.max_num_seqs, ver.max_num_seqs) == (caps[1], caps[0])
+            assert resplit is None or tts.replans[-1].resplit == resplit
+            assert len(result.completions) <= n
+            assert not gen.seqs and gen.kv.num_used == 0 and ver.kv.num_used == 0
+        assert ver.kv.num_blocks == (608 << 20) // (16 * VER.kv_bytes_per_token)
+        assert gen.kv.num_blocks == (3 * GiB - (608 << 20)) // (16 * GEN.kv_bytes_per_token)
+        assert len(tts.replans) == 3
+        with pytest.raises(Exception, match="beam_width"):
+            tts.solve("What is 2+3?", "p", search=cfg.search.model_copy(update={"n": 6}))
+        assert len(tts.replans) == 3  # the bad search re-planned nothing
+
+
+def test_without_the_planner_nothing_replans():
+    from fasttts.api import FastTTS
+
+    cfg = _cfg(8, memory_planner=False)
+    with FastTTS(cfg) as tts:
+        tts.solve("What is 2+3?", "p", search=cfg.search.model_copy(update={"n": 16}))
+        assert tts.replanner is None and tts.replans == [] and tts.generator.max_num_seqs == 256
+
+
+def test_caps_are_validated():
+    tts, _ = _sim_tts(n=8)
+    with tts:
+        with pytest.raises(ValueError, match="max_running must be >= 1"):
+            tts.generator.set_max_running(0)
+        with pytest.raises(ValueError, match="batch_size must be >= 1"):
+            tts.verifier.set_batch_size(0)
+        tts.generator.engine.seqs["x"] = object()
+        with pytest.raises(RuntimeError, match="cannot resize the KV cache while 1 sequences"):
+            tts.generator.engine.resize(GiB)
+        del tts.generator.engine.seqs["x"]
+        with pytest.raises(ValueError, match="cannot hold one sequence of max_model_len"):
+            tts.generator.engine.resize(1 << 20)
