@@ -187,10 +187,10 @@ class RuntimeConfig(_Strict):
         plan_seq_len: the path length (tokens, prompt included) the planner sizes for; None =
             256 + max_tokens / 2 for the first request, then the mean measured path length of
             the last 8 requests.
-        replan_min_gain: between requests the planner re-plans for the request's n and the
+        replan_min_shift: between requests the planner re-plans for the request's n and the
             measured lengths (`fasttts.runtime.replan`); it re-splits the KV memory (resizing,
-            for real engines rebuilding, both engines) only when that lowers the predicted
-            iteration time by more than this fraction; the batch caps always follow.
+            for real engines rebuilding, both engines) only when the optimum's verifier share
+            moved by more than this fraction of the budget; the batch caps always follow.
         spec_truncation_ratio: R, mean kept fraction of the speculative tokens a duplicate
             of a kept beam inherits (the paper's best: 0.85; 0 = duplicates inherit nothing,
             exactly equivalent search).
@@ -202,7 +202,7 @@ class RuntimeConfig(_Strict):
     memory_planner: bool = False
     offload: bool = False
     plan_seq_len: int | None = Field(default=None, gt=0)
-    replan_min_gain: float = Field(default=0.05, ge=0.0)
+    replan_min_shift: float = Field(default=0.1, ge=0.0, le=1.0)
     spec_truncation_ratio: float = Field(default=0.85, ge=0.0, le=1.0)
 
     @model_validator(mode="after")

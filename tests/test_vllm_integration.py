@@ -191,13 +191,13 @@ def test_decode_cap_set_between_requests_limits_running_sequences(generator):
 
 def test_fasttts_replans_real_engines_between_problems():
     # n = 2 then n = 16 at 64 MiB + 64 MiB on the CPU roofline: the plan for 16 beams gives the
-    # verifier 33 MiB instead of its 24 MiB floor, so with replan_min_gain 0 both engines are
+    # verifier 33 MiB instead of its 25 MiB floor, so with replan_min_shift 0 both engines are
     # rebuilt with the new split, and the caps follow (B_pre = B_dec = 16)
     from fasttts.api import FastTTS
     from fasttts.config import RunConfig
 
     cfg = RunConfig.model_validate({
-        "runtime": {"memory_planner": True, "replan_min_gain": 0.0},
+        "runtime": {"memory_planner": True, "replan_min_shift": 0.0},
         "search": {"n": 2, "beam_width": 2, "max_tokens": 64, "num_iterations": 2},
         "generator": {"model": DEFAULT_GENERATOR, "kv_cache_memory_bytes": 64 * MiB,
                       "max_model_len": 2048},
