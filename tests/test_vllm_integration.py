@@ -218,3 +218,22 @@ def test_fasttts_replans_real_engines_between_problems():
         assert tts.generator.max_num_seqs == 16 and tts.verifier.batch_size == 16
         assert 1 <= len(result.completions) <= 16
         assert tts.generator.cache_stats().num_blocks_used == 0
+
+
+def test_seeded_prompts_over_one_steps_token_budget(generator):
+    # three distinct ~1500-token prompts (4500 tokens > the 4096-token step budget) with seeds:
+    # with chunked prefill a partly prefilled seeded request made vLLM's CPU build raise
+    # "CPU Generator does not use offset"; whole prompts are admitted step by step instead
+    words = PROBLEM.problem.split()
+    for i in range(3):
+        text = " ".join(f"{w}{i}{j}" for j in range(120) for w in words[:12])
+        prompt = generator.encode_chat(build_messages(text))[:1500]
+        generator.add_sequence(f"long{i}", prompt, GenerationParams(max_tokens=4, seed=i,
+                                                                   temperature=1.0))
+    done = {}
+    while generator.num_unfinished():
+        for up in generator.step():
+            done.setdefault(up.seq_id, []).extend(up.new_token_ids)
+    assert sorted(done) == ["long0", "long1", "long2"]
+    assert all(len(t) == 4 for t in done.values())
+    assert generator.cache_stats().num_blocks_used == 0

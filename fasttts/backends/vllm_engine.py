@@ -57,7 +57,8 @@ def build_engine(cfg: EngineConfig, **overrides: Any):
             `logprobs_mode`), applied after `cfg.extra_engine_args`.
 
     Returns:
-        An in-process `vllm.LLMEngine` with prefix caching, priority scheduling, stats on.
+        An in-process `vllm.LLMEngine` with prefix caching, priority scheduling, stats on
+        (on the CPU build: 128-token blocks, eager mode, no chunked prefill).
 
     Raises:
         fasttts.models.ModelError: the model cannot be resolved.
@@ -87,6 +88,13 @@ def build_engine(cfg: EngineConfig, **overrides: Any):
     )
     if block_size is not None:
         kwargs["block_size"] = block_size
+    if is_cpu:
+        # No chunked prefill on the CPU build: a partly prefilled request's sampled token is
+        # discarded and vLLM then rewinds its seeded generator's offset, which CPU generators
+        # do not have ("RuntimeError: CPU Generator does not use offset"; every sequence here
+        # is seeded). Whole prompts are admitted instead, so a step must fit one.
+        kwargs.update(enable_chunked_prefill=False,
+                      max_num_batched_tokens=max(cfg.max_model_len, 4096))
     kwargs.update(cfg.extra_engine_args)
     kwargs.update(overrides)
     try:
