@@ -127,8 +127,10 @@ class FastTTS:
             return
         self.replans.append(change)
         plan = change.plan
-        if change.resplit:
-            if self.config.backend == "sim":
+        sim = self.config.backend == "sim"
+        slots = self.config.generator.extra_engine_args.get("max_num_seqs", 256)
+        if change.resplit or (not sim and plan.b_dec > slots):  # a vLLM engine has fixed slots
+            if sim:
                 from fasttts.backends.sim import resize_sim
 
                 resize_sim(self.generator, self.verifier, change.generator_kv_bytes,
