@@ -139,3 +139,27 @@ def test_prefix_sharing_splits_the_shared_tokens_by_hand():
     assert plan_memory(shared).b_dec >= plan_memory(plain).b_dec
     with pytest.raises(ValueError, match="shared_len must be within"):
         PlanInput(**{**plain.__dict__, "shared_len": 2000})
+
+
+def test_real_plan_leaves_each_engine_one_max_length_sequence():
+    # 64 MiB + 64 MiB, max_model_len 4096, n = 32: the roofline optimum alone would give the
+    # generator 46 MiB, less than one 4096-token sequence plus vLLM's reserved block
+    # (49.5 MiB at 12 KiB per token), which vLLM refuses to build
+    from fasttts.backends.sim.specs import find_model_spec
+    from fasttts.backends.vllm_engine import min_kv_cache_tokens
+    from fasttts.config import (DEFAULT_GENERATOR, DEFAULT_VERIFIER, EngineConfig, RunConfig,
+                                RuntimeConfig, SearchConfig, VerifierConfig)
+    from fasttts.runtime.memory_planner import plan_real_engines
+
+    eng = dict(kv_cache_memory_bytes=64 << 20, max_model_len=4096, block_size=128)
+    cfg = RunConfig(generator=EngineConfig(model=DEFAULT_GENERATOR, **eng),
+                    verifier=VerifierConfig(engine=EngineConfig(model=DEFAULT_VERIFIER, **eng)),
+                    search=SearchConfig(n=32, beam_width=4, max_tokens=1024),
+                    runtime=RuntimeConfig(memory_planner=True))
+    planned, plan = plan_real_engines(cfg, "cpu-epyc-1thread")
+    per_token = find_model_spec(DEFAULT_GENERATOR).kv_bytes_per_token
+    floor = min_kv_cache_tokens(planned.generator) * per_token
+    assert min_kv_cache_tokens(planned.generator) == (4096 // 128 + 1) * 128
+    assert planned.generator.kv_cache_memory_bytes >= floor
+    assert planned.verifier.engine.kv_cache_memory_bytes >= floor
+    assert planned.generator.kv_cache_memory_bytes + planned.verifier.engine.kv_cache_memory_bytes == 128 << 20

@@ -60,9 +60,10 @@ class PlanInput:
             0 = the paper's accounting, every sequence holds all its tokens).
         share: sequences that share those tokens (beam search: the beam_width siblings of
             one parent), so each holds shared_len / share of them.
-        verifier_floor: bytes the verifier's KV cache takes however small B_pre is (an engine
-            must hold one max_model_len sequence); the coupled constraint becomes
-            max(B_pre * KVBytes_ver, floor) + B_dec * KVBytes_gen <= M. 0 = the paper's.
+        verifier_floor, generator_floor: bytes each KV cache takes however small its batch
+            is (an engine must hold one max_model_len sequence); the coupled constraint becomes
+            max(B_pre * KVBytes_ver, verifier_floor) + max(B_dec * KVBytes_gen,
+            generator_floor) <= M. 0 = the paper's.
     """
 
     memory_bytes: int
@@ -76,6 +77,7 @@ class PlanInput:
     shared_len: int = 0
     share: int = 1
     verifier_floor: int = 0
+    generator_floor: int = 0
 
     def __post_init__(self) -> None:
         for name in ("memory_bytes", "num_requests", "verifier_len", "decode_len", "share"):
@@ -156,7 +158,10 @@ def _coupled(inp: PlanInput) -> MemoryPlan | None:
     n, m = inp.num_requests, inp.memory_bytes
     best = None
     for b_pre in range(1, min(n, m // inp.kv_ver) + 1):
-        b_dec = min(n, (m - max(b_pre * inp.kv_ver, inp.verifier_floor)) // inp.kv_gen)
+        left = m - max(b_pre * inp.kv_ver, inp.verifier_floor)
+        if left < inp.generator_floor:
+            break
+        b_dec = min(n, left // inp.kv_gen)
         if b_dec < 1:
             break
         tv, tg = iteration_time(inp, b_pre, b_dec)
@@ -234,7 +239,7 @@ TREE_METHODS = ("beam_search", "dvts", "vg_search", "dynamic_branching")
 
 def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
                hardware: HardwareSpec, seq_len: int | None = None,
-               verifier_floor: int = 0) -> PlanInput:
+               verifier_floor: int = 0, generator_floor: int = 0) -> PlanInput:
     """The workload the planner sizes a run for.
 
     N = search n beams; S = S_dec = `seq_len` if given (a measured mean path length), else
@@ -242,7 +247,7 @@ def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
     S_cache = S_dec / 2. Prefix sharing: all but the newest step (`PLAN_STEP_LEN` tokens) of a
     path is shared by the beam_width children of its parent (`PlanInput.shared_len`, `share`);
     a method whose paths share only the prompt (best-of-N, self-consistency, SART) shares
-    nothing here. `verifier_floor`: see `PlanInput` (bytes).
+    nothing here. `verifier_floor`, `generator_floor`: see `PlanInput` (bytes).
 
     Raises:
         ValueError: a size below 1 (see `PlanInput`).
@@ -255,24 +260,27 @@ def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
                      decode_len=seq_len,
                      shared_len=max(0, seq_len - PLAN_STEP_LEN) if tree else 0,
                      share=min(cfg.search.beam_width, cfg.search.n) if tree else 1,
-                     verifier_floor=verifier_floor)
+                     verifier_floor=verifier_floor, generator_floor=generator_floor)
 
 
 def plan_for_run(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
                  hardware: HardwareSpec, allow_offload: bool,
-                 verifier_min_tokens: int, seq_len: int | None = None) -> tuple[MemoryPlan, int]:
+                 verifier_min_tokens: int, seq_len: int | None = None,
+                 generator_min_tokens: int = 0) -> tuple[MemoryPlan, int]:
     """The plan a run applies, and the verifier's KV-cache size under it (bytes).
 
     The workload is `plan_input(cfg, budget, ..., seq_len)`. Without offloading the verifier
     gets what B_pre sequences need, but at least `verifier_min_tokens` tokens (one longest
     sequence; the plan's B_dec counts that floor), and the generator the rest of `budget`
-    (decoding is the more memory-sensitive stage); with offloading each gets all of it.
+    (decoding is the more memory-sensitive stage), at least `generator_min_tokens` tokens;
+    with offloading each gets all of it.
 
     Raises:
         PlanError: nothing fits.
     """
     floor = verifier_min_tokens * verifier.kv_bytes_per_token
-    plan = plan_memory(plan_input(cfg, budget, generator, verifier, hardware, seq_len, floor),
+    plan = plan_memory(plan_input(cfg, budget, generator, verifier, hardware, seq_len, floor,
+                                  generator_min_tokens * generator.kv_bytes_per_token),
                        allow_offload)
     return plan, budget if plan.offload else plan.verifier_kv_bytes
 
@@ -321,7 +329,8 @@ def plan_real_engines(cfg, hardware: str):
 
     plan, ver_kv = plan_for_run(cfg, budget, specs[0], specs[1], load_hardware(hardware),
                                 allow_offload=False,
-                                verifier_min_tokens=min_kv_cache_tokens(ver_cfg))
+                                verifier_min_tokens=min_kv_cache_tokens(ver_cfg),
+                                generator_min_tokens=min_kv_cache_tokens(gen_cfg))
     return apply_real_plan(cfg, plan, budget - ver_kv, ver_kv), plan
 
 

@@ -61,8 +61,8 @@ class Replanner:
         generator, verifier: the model shapes.
         hardware: the roofline the plan is evaluated on.
         allow_offload: the planner may offload (section 4.3.2).
-        verifier_min_tokens: the verifier's KV cache holds at least one sequence of this many
-            tokens (its max_model_len).
+        verifier_min_tokens, generator_min_tokens: each KV cache holds at least this many
+            tokens (one max_model_len sequence; for real engines plus vLLM's reserved block).
         current: the plan the engines were built with, and their KV sizes (bytes).
         min_shift: re-split only when the optimum's verifier KV size differs from the
             current one by more than this fraction of the budget (0..1; 0 = whenever it moves).
@@ -75,13 +75,14 @@ class Replanner:
     def __init__(self, budget: int, generator: ModelSpec, verifier: ModelSpec,
                  hardware: HardwareSpec, allow_offload: bool, verifier_min_tokens: int,
                  current: MemoryPlan, generator_kv_bytes: int, verifier_kv_bytes: int,
-                 min_shift: float = 0.1, window: int = 8):
+                 min_shift: float = 0.1, window: int = 8, generator_min_tokens: int = 0):
         if not 0 <= min_shift <= 1 or window < 1:
             raise ValueError(f"need 0 <= min_shift <= 1 and window >= 1, got {min_shift}, "
                              f"{window}")
         self.budget, self.generator, self.verifier = budget, generator, verifier
         self.hardware, self.allow_offload = hardware, allow_offload
         self.verifier_min_tokens = verifier_min_tokens
+        self.generator_min_tokens = generator_min_tokens
         self.plan = current
         self.generator_kv_bytes, self.verifier_kv_bytes = generator_kv_bytes, verifier_kv_bytes
         self.min_shift = min_shift
@@ -111,7 +112,7 @@ class Replanner:
         inp = plan_input(cfg, self.budget, self.generator, self.verifier, self.hardware, seq_len)
         best, ver_kv = plan_for_run(cfg, self.budget, self.generator, self.verifier,
                                     self.hardware, self.allow_offload, self.verifier_min_tokens,
-                                    seq_len)
+                                    seq_len, self.generator_min_tokens)
         gen_kv = self.budget if best.offload else self.budget - ver_kv
         shift = abs(ver_kv - self.verifier_kv_bytes) / self.budget
         kept = None
@@ -144,7 +145,8 @@ def sim_replanner(cfg, generator, verifier) -> Replanner:
     return Replanner(
         split.generator_kv + split.verifier_kv, gen_engine.model, ver_engine.model,
         gen_engine.hw, cfg.runtime.offload, -(-cfg.verifier.engine.max_model_len // bs) * bs,
-        generator.plan, gen_kv, ver_kv, cfg.runtime.replan_min_shift)
+        generator.plan, gen_kv, ver_kv, cfg.runtime.replan_min_shift,
+        generator_min_tokens=-(-cfg.generator.max_model_len // bs) * bs)
 
 
 def real_replanner(cfg, hardware: str, plan: MemoryPlan) -> Replanner:
@@ -164,4 +166,5 @@ def real_replanner(cfg, hardware: str, plan: MemoryPlan) -> Replanner:
     ver_kv = cfg.verifier.engine.kv_cache_memory_bytes
     return Replanner(gen_kv + ver_kv, gen, ver, load_hardware(hardware), False,
                      min_kv_cache_tokens(cfg.verifier.engine), plan, gen_kv, ver_kv,
-                     cfg.runtime.replan_min_shift)
+                     cfg.runtime.replan_min_shift,
+                     generator_min_tokens=min_kv_cache_tokens(cfg.generator))

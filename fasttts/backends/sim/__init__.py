@@ -94,7 +94,8 @@ def build_sim(cfg: RunConfig, workload: Workload | None = None) -> tuple[SimGene
         budget = gen_kv + ver_kv
         plan, ver_kv = plan_for_run(
             cfg, budget, gen, ver, hw, cfg.runtime.offload,
-            verifier_min_tokens=-(-cfg.verifier.engine.max_model_len // bs) * bs)
+            verifier_min_tokens=-(-cfg.verifier.engine.max_model_len // bs) * bs,
+            generator_min_tokens=-(-cfg.generator.max_model_len // bs) * bs)
         max_seqs, b_pre = plan.b_dec, plan.b_pre
         gen_kv = budget if plan.offload else budget - ver_kv
         offload_s = plan.t_offload
