@@ -7,7 +7,9 @@ the rest of fasttts imports without it.
 
 from __future__ import annotations
 
+import gc
 import os
+import weakref
 from typing import Any
 
 from fasttts.config import EngineConfig
@@ -98,12 +100,18 @@ def build_engine(cfg: EngineConfig, **overrides: Any):
     kwargs.update(cfg.extra_engine_args)
     kwargs.update(overrides)
     try:
-        return LLMEngine.from_engine_args(EngineArgs(**kwargs))
+        engine = LLMEngine.from_engine_args(EngineArgs(**kwargs))
     except Exception as e:  # noqa: BLE001 - reported with its cause, as one clear error
         raise ModelLoadError(
             f"vLLM could not load model {cfg.model!r} from {kwargs['model']}: "
             f"{type(e).__name__}: {e}"
         ) from e
+    _LIVE.add(engine)
+    return engine
+
+
+#: In-process engines built here and not shut down yet (`shutdown_engine`).
+_LIVE: weakref.WeakSet = weakref.WeakSet()
 
 
 def engine_scheduler(engine) -> Any | None:
@@ -178,10 +186,32 @@ def run_batch(engine, items: list[tuple[list[int], Any]], max_in_flight: int, ta
 
 
 def shutdown_engine(engine) -> None:
-    """Shut an in-process engine's core down (frees its KV cache and workers); best effort."""
+    """Shut an in-process engine's core down (frees its KV cache and workers); best effort.
+
+    vLLM's `EngineCore.shutdown` also tears down the process-wide distributed state
+    (`cleanup_dist_env_and_memory`), which every in-process engine of the process uses: closing
+    the verifier's engine would break a generator engine still running in the same process
+    ("pipeline model parallel group is not initialized"). While other engines built by
+    `build_engine` are alive, that teardown is skipped (a garbage collection runs instead); the
+    last engine to go tears it down.
+    """
     if engine is None:
         return
+    _LIVE.discard(engine)
+    core_module = None
+    saved = None
+    if len(_LIVE):
+        try:
+            import vllm.v1.engine.core as core_module
+
+            saved = core_module.cleanup_dist_env_and_memory
+            core_module.cleanup_dist_env_and_memory = lambda *args, **kwargs: gc.collect()
+        except (ImportError, AttributeError):
+            core_module = None
     try:
         engine.engine_core.shutdown()
     except Exception:  # noqa: BLE001 - teardown must not raise
         pass
+    finally:
+        if core_module is not None:
+            core_module.cleanup_dist_env_and_memory = saved
