@@ -166,3 +166,21 @@ def test_caps_are_validated():
         del tts.generator.engine.seqs["x"]
         with pytest.raises(ValueError, match="cannot hold one sequence of max_model_len"):
             tts.generator.engine.resize(1 << 20)
+
+
+def test_offload_plans_keep_their_offload_flag():
+    # 150 MiB with 1024-token sequences: a 7B verifier sequence (128 MiB) and a 1.5B generator
+    # sequence (28 MiB) do not fit together, so each model gets the whole budget in turn
+    # (best-of-N: paths share only the prompt, so each holds all 1024 tokens)
+    def cfg(n):
+        c = _cfg(n, plan_seq_len=1024)
+        return c.model_copy(update={"search": c.search.model_copy(update={"method": "best_of_n"})})
+
+    budget = 150 << 20
+    plan, ver_kv = plan_for_run(cfg(8), budget, GEN, VER, HW, True, 0)
+    assert plan.offload and ver_kv == budget and (plan.b_pre, plan.b_dec) == (1, 5)
+    rp = Replanner(budget, GEN, VER, HW, True, 0, plan, budget, budget)
+    assert rp.update(cfg(16)) is None  # the same caps: nothing to change
+    change = rp.update(cfg(2))
+    assert change.plan.offload and not change.resplit and change.plan.b_dec == 2
+    assert (change.generator_kv_bytes, change.verifier_kv_bytes) == (budget, budget)

@@ -116,7 +116,7 @@ class Replanner:
         gen_kv = self.budget if best.offload else self.budget - ver_kv
         shift = abs(ver_kv - self.verifier_kv_bytes) / self.budget
         kept = None
-        if best.offload == self.plan.offload and shift <= self.min_shift:
+        if not best.offload and not self.plan.offload and shift <= self.min_shift:
             kept = plan_within(inp, self.generator_kv_bytes, self.verifier_kv_bytes)
         if kept is not None:
             if (kept.b_pre, kept.b_dec) == (self.plan.b_pre, self.plan.b_dec):
