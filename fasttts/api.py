@@ -128,16 +128,16 @@ class FastTTS:
         self.replans.append(change)
         plan = change.plan
         sim = self.config.backend == "sim"
-        slots = self.config.generator.extra_engine_args.get("max_num_seqs", 256)
-        if change.resplit or (not sim and plan.b_dec > slots):  # a vLLM engine has fixed slots
+        from fasttts.runtime.memory_planner import apply_real_plan, engine_slots
+
+        # a vLLM engine's slots are fixed when it is built
+        if change.resplit or (not sim and plan.b_dec > engine_slots(self.config.generator)):
             if sim:
                 from fasttts.backends.sim import resize_sim
 
                 resize_sim(self.generator, self.verifier, change.generator_kv_bytes,
                            change.verifier_kv_bytes, plan.t_offload)
             else:
-                from fasttts.runtime.memory_planner import apply_real_plan
-
                 self.config = apply_real_plan(self.config, plan, change.generator_kv_bytes,
                                               change.verifier_kv_bytes)
                 self.close()

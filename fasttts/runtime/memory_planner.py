@@ -35,7 +35,7 @@ from fasttts.backends.sim.specs import HardwareSpec, ModelSpec
 
 __all__ = ["MemoryPlan", "PlanError", "PlanInput", "iteration_time", "plan_for_run", "plan_input",
            "plan_memory", "plan_real_engines", "plan_within", "real_model_specs", "static_plan",
-           "apply_real_plan"]
+           "apply_real_plan", "engine_slots"]
 
 
 class PlanError(ValueError):
@@ -334,6 +334,13 @@ def plan_real_engines(cfg, hardware: str):
     return apply_real_plan(cfg, plan, budget - ver_kv, ver_kv), plan
 
 
+def engine_slots(gen_cfg) -> int:
+    """The running-sequence slots (vLLM `max_num_seqs`) a generator engine built from
+    `gen_cfg` (an EngineConfig) has: its `extra_engine_args` value, else 256 (vLLM's CPU
+    default for offline use)."""
+    return gen_cfg.extra_engine_args.get("max_num_seqs", 256)
+
+
 def apply_real_plan(cfg, plan: MemoryPlan, generator_kv_bytes: int, verifier_kv_bytes: int):
     """`cfg` with a plan's KV sizes and caps for real engines: the generator's
     `kv_cache_memory_bytes` and its vLLM admission limit `max_num_active_seqs` = B_dec (with
@@ -341,7 +348,7 @@ def apply_real_plan(cfg, plan: MemoryPlan, generator_kv_bytes: int, verifier_kv_
     256, so later re-plans can raise the limit without a rebuild), the verifier's KV size and
     batch B_pre."""
     gen_cfg, ver_cfg = cfg.generator, cfg.verifier.engine
-    slots = max(plan.b_dec, gen_cfg.extra_engine_args.get("max_num_seqs", 256))
+    slots = max(plan.b_dec, engine_slots(gen_cfg))
     gen = gen_cfg.model_copy(update={
         "kv_cache_memory_bytes": generator_kv_bytes,
         "extra_engine_args": {**gen_cfg.extra_engine_args, "max_num_seqs": slots,

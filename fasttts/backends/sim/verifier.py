@@ -37,8 +37,7 @@ class SimVerifier(Verifier):
         self._step_ids: dict[str, list[int]] = {}  # steps recur every iteration of a search
 
     def set_batch_size(self, batch_size: int) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        super().set_batch_size(batch_size)  # validates
         self.engine.max_num_seqs = batch_size
 
     def input_ids(self, req: ScoreRequest) -> list[int]:
