@@ -163,3 +163,132 @@ def test_real_plan_leaves_each_engine_one_max_length_sequence():
     assert planned.generator.kv_cache_memory_bytes >= floor
     assert planned.verifier.engine.kv_cache_memory_bytes >= floor
     assert planned.generator.kv_cache_memory_bytes + planned.verifier.engine.kv_cache_memory_bytes == 128 << 20
+
+
+# --- the prefix-reuse extension of T_tot (module docstring of memory_planner) ---------------
+
+def reuse_time(inp, ver_bytes, gen_bytes):
+    """T_reuse written out from the module docstring: each model recomputes (1 - h) of the
+    prefixes, h = min(1, cache / (W * KV bytes per token)), R = W_prefix * D / 2 tokens at the
+    per-token time of one S-token prefill."""
+    from fasttts.backends.sim.roofline import StepShape, step_time
+
+    if inp.iterations == 1:
+        return 0.0
+    tokens = (inp.tree_tokens - inp.num_requests * inp.step_len) * inp.iterations // 2
+    total = 0.0
+    for model, cache in ((inp.verifier, ver_bytes), (inp.generator, gen_bytes)):
+        per_token = step_time(model, inp.hardware, StepShape.uniform(
+            1, inp.verifier_len, 0, logits=False)) / inp.verifier_len
+        h = min(1.0, cache / (inp.tree_tokens * model.kv_bytes_per_token))
+        total += (1 - h) * tokens * per_token
+    return total
+
+
+def _reuse_inp(mem, n, method="beam_search", beam_width=4, s=1024, **extra):
+    from fasttts.runtime.memory_planner import search_shape
+
+    return PlanInput(memory_bytes=mem, generator=load_model("qwen2.5-math-1.5b"),
+                     verifier=load_model("math-shepherd-7b"), hardware=load_hardware("rtx4090"),
+                     num_requests=n, verifier_len=s, decode_len=s,
+                     **search_shape(method, n, beam_width, s), **extra)
+
+
+def _brute_force_reuse(inp):
+    """Every feasible (B_pre, B_dec) and, for each, every split of the memory the batches
+    leave over at the kinks of T_reuse (all to one side, or one cache exactly at its tree);
+    key (time, -B_dec, B_pre)."""
+    n, m = inp.num_requests, inp.memory_bytes
+    w_ver = inp.tree_tokens * inp.verifier.kv_bytes_per_token
+    w_gen = inp.tree_tokens * inp.generator.kv_bytes_per_token
+    best = None
+    for b_pre in range(1, n + 1):
+        need_v = max(min(b_pre * inp.kv_ver, w_ver), inp.verifier_floor)
+        for b_dec in range(1, n + 1):
+            need_g = max(min(b_dec * inp.kv_gen, w_gen), inp.generator_floor)
+            left = m - need_v - need_g
+            if left < 0:
+                continue
+            t_batches = sum(iteration_time(inp, b_pre, b_dec))
+            to_ver = {0, left, min(left, max(0, w_ver - need_v)),
+                      left - min(left, max(0, w_gen - need_g))}
+            t = min(reuse_time(inp, need_v + x, m - need_v - x) for x in to_ver)
+            key = (t_batches + t, -b_dec, b_pre)
+            if best is None or key < best:
+                best = key
+    return best
+
+
+@pytest.mark.parametrize("mem_gib, n, method", [
+    (1.5, 16, "beam_search"), (4.23, 64, "beam_search"), (4.23, 256, "beam_search"),
+    (2, 128, "dvts"), (3, 32, "sart"), (14, 64, "beam_search")])
+def test_reuse_planner_equals_brute_force(mem_gib, n, method):
+    inp = _reuse_inp(int(mem_gib * GiB), n, method)
+    assert inp.iterations == 16
+    plan = plan_memory(inp, allow_offload=False)
+    t, neg_dec, b_pre = _brute_force_reuse(inp)
+    assert plan.t_total == pytest.approx(t, rel=1e-9)
+    assert (plan.b_pre, plan.b_dec) == (b_pre, -neg_dec)
+    assert plan.verifier_kv_bytes + plan.generator_kv_bytes == inp.memory_bytes
+    assert plan.t_recompute == pytest.approx(
+        reuse_time(inp, plan.verifier_kv_bytes, plan.generator_kv_bytes))
+
+
+def test_tree_size_and_recompute_by_hand():
+    from fasttts.runtime.memory_planner import search_shape
+
+    def inp(method, **kw):
+        return PlanInput(memory_bytes=GiB, generator=load_model("qwen2.5-math-1.5b"),
+                         verifier=load_model("math-shepherd-7b"),
+                         hardware=load_hardware("rtx4090"), num_requests=16, verifier_len=256,
+                         decode_len=256, **{**search_shape(method, 16, 4, 256), **kw})
+
+    beam = inp("beam_search")
+    assert (beam.iterations, beam.step_len, beam.share, beam.lineages) == (4, 64, 4, 1)
+    # levels from the leaves: 16, 4, 1, 1 nodes of 64 tokens
+    assert beam.tree_tokens == (16 + 4 + 1 + 1) * 64
+    # W_prefix = 1408 - 16 * 64 = 384 tokens, times D / 2 = 2
+    assert beam.recompute_tokens() == 768
+    # DVTS: 4 subtrees never merge: 16 + 4 + 4 + 4 nodes = N * (64 + 192 / 4) tokens
+    dvts = inp("dvts")
+    assert dvts.lineages == 4 and dvts.tree_tokens == 28 * 64 == 16 * (64 + 192 // 4)
+    # independent paths (SART) share nothing: every path holds all of S
+    sart = inp("sart")
+    assert (sart.share, sart.lineages, sart.tree_tokens) == (1, 16, 16 * 256)
+    assert sart.recompute_tokens() == (16 * 256 - 16 * 64) * 4 // 2
+    # one pass (best-of-N): no reuse term
+    one = inp("best_of_n", iterations=1)
+    assert one.recompute_tokens() == 0 and one.tree_tokens == 16 * 256
+    # a measured tree wins over the estimate
+    assert inp("beam_search", tree_len=100).tree_tokens == 1600
+    with pytest.raises(ValueError, match="tree_len must be >= 1 token"):
+        inp("beam_search", tree_len=0)
+    with pytest.raises(ValueError, match="iterations must be >= 1"):
+        inp("beam_search", iterations=0)
+
+
+def test_reuse_keeps_the_verifiers_cache_at_large_n():
+    # 1.5B + 7B on the RTX 4090 with the default 4.23 GiB of KV, beam search n = 256: the
+    # paper's T_tot gave the 7B PRM 1.19 GiB (B_pre = 32) and the rest to the generator, which
+    # on the simulator made the PRM recompute its prefixes (2x slower than the static split).
+    # With the reuse term the PRM keeps at least the static split's half, and the plan is
+    # predicted to beat the static split.
+    m = int(4.23 * GiB)
+    paper = plan_memory(_inp(m, n=256), allow_offload=False)
+    assert paper.verifier_kv_bytes < m // 2
+    inp = _reuse_inp(m, 256)
+    plan = plan_memory(inp, allow_offload=False)
+    assert plan.verifier_kv_bytes >= m // 2
+    assert plan.b_dec == 256
+    assert plan.t_total < static_plan(inp).t_total
+    # the generator keeps its tree: all its prefixes stay cached
+    assert plan.generator_kv_bytes >= inp.tree_tokens * inp.generator.kv_bytes_per_token
+
+
+def test_without_reuse_the_leftover_goes_to_the_generator():
+    # one pass (D = 1): the paper's T_tot; the verifier gets what B_pre needs, no more
+    inp = _inp(14 * GiB, n=64)
+    plan = plan_memory(inp, allow_offload=False)
+    assert plan.t_recompute == 0
+    assert plan.verifier_kv_bytes == plan.b_pre * inp.kv_ver
+    assert plan.generator_kv_bytes == inp.memory_bytes - plan.verifier_kv_bytes

@@ -21,6 +21,26 @@ bytes out and M bytes in at each of the two phase switches of an iteration, 4 M 
 bandwidth. The planner picks whichever of the coupled and the offload plan is faster. Devices
 whose memory is host memory (CPUs) have no host link: offloading does not apply there.
 
+Prefix reuse across iterations (an extension of T_tot; `PlanInput.iterations` > 1). T_tot
+charges each path's S tokens once to the verifier, as if every iteration found the previous
+iteration's KV in the prefix cache. A search runs D generate -> verify iterations, and each
+resubmits every path whole (prompt and all earlier steps) to both engines; only what a cache
+still holds from the last iteration is not recomputed. The tree of one iteration (N paths,
+shared prefixes counted once) holds W tokens, so a model whose KV cache holds C bytes keeps a
+fraction h = min(1, C / (W * KVBytes/token)) of it (vLLM frees a finished request's blocks
+tail first, so what is evicted is the unshared tail of old paths), and recomputes the rest:
+
+    T_reuse = sum over the two models of (1 - h) * R,
+    R = T_roof(prefill of W_prefix * D / 2 tokens),
+
+where W_prefix = W - N * step_len is the prefix part of the last iteration's tree (it grows
+about linearly over the D iterations). Memory beyond the two batches' needs is given to the
+cache that saves more time per byte (R / W), so the planner no longer hands all of it to the
+generator when B_dec = N leaves some over. The batch needs also count the tree: B sequences of
+one iteration hold min(B * KVBytes(1, S), W * KVBytes/token). W is estimated from the search
+shape (`tree_tokens`) or measured by the runtime (`PlanInput.tree_len`). With D = 1 (the
+default) both terms are the paper's and `T_reuse` = 0.
+
 The static split of the search-and-learn baseline (the generator gets a fixed share of M) is
 evaluated by the same T_tot, for comparison.
 """
@@ -34,13 +54,20 @@ from fasttts.backends.sim.roofline import StepShape, step_time
 from fasttts.backends.sim.specs import HardwareSpec, ModelSpec
 
 __all__ = ["MemoryPlan", "PlanError", "PlanInput", "iteration_time", "plan_for_run", "plan_input",
-           "plan_memory", "plan_real_engines", "plan_within", "real_model_specs", "static_plan",
-           "apply_real_plan", "engine_slots"]
+           "plan_memory", "plan_real_engines", "plan_within", "real_model_specs", "search_shape",
+           "static_plan", "apply_real_plan", "engine_slots"]
 
 
 class PlanError(ValueError):
     """The budget cannot hold one verifier and one generator sequence (and offloading does not
     apply or is off)."""
+
+
+#: Tokens of a path's newest step, the part siblings do not share (the simulated and real
+#: workloads' median steps are 34-90 tokens).
+PLAN_STEP_LEN = 64
+#: Methods whose paths of one iteration share their parent's prefix with beam_width siblings.
+TREE_METHODS = ("beam_search", "dvts", "vg_search", "dynamic_branching")
 
 
 @dataclass(frozen=True)
@@ -64,6 +91,14 @@ class PlanInput:
             is (an engine must hold one max_model_len sequence); the coupled constraint becomes
             max(B_pre * KVBytes_ver, verifier_floor) + max(B_dec * KVBytes_gen,
             generator_floor) <= M. 0 = the paper's.
+        iterations: D, generate -> verify iterations a path goes through (1 = one pass, the
+            paper's T_tot with no reuse term; module docstring).
+        step_len: tokens one iteration adds to a path (the tree's level height).
+        lineages: distinct paths the search keeps at every depth of the tree (beam search: 1,
+            the kept beams descend from few ancestors; DVTS: its N / beam_width subtrees;
+            independent samples: N); with `share` it sets the estimated tree size W.
+        tree_len: W / N measured by the runtime (unique tokens of one iteration's tree per
+            path); None = estimate it (`tree_tokens`).
     """
 
     memory_bytes: int
@@ -78,14 +113,21 @@ class PlanInput:
     share: int = 1
     verifier_floor: int = 0
     generator_floor: int = 0
+    iterations: int = 1
+    step_len: int = PLAN_STEP_LEN
+    lineages: int = 1
+    tree_len: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("memory_bytes", "num_requests", "verifier_len", "decode_len", "share"):
+        for name in ("memory_bytes", "num_requests", "verifier_len", "decode_len", "share",
+                     "iterations", "step_len", "lineages"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.shared_len <= min(self.verifier_len, self.decode_len):
             raise ValueError(f"shared_len must be within 0..min(S, S_dec) = "
                              f"{min(self.verifier_len, self.decode_len)}, got {self.shared_len}")
+        if self.tree_len is not None and self.tree_len < 1:
+            raise ValueError(f"tree_len must be >= 1 token, got {self.tree_len}")
 
     def _held(self, length: int) -> int:
         """Tokens one sequence of `length` tokens holds in the KV cache (its shared tokens
@@ -106,6 +148,33 @@ class PlanInput:
     def s_cache(self) -> int:
         return self.cache_len if self.cache_len is not None else self.decode_len // 2
 
+    @property
+    def tree_tokens(self) -> int:
+        """W: unique tokens of one iteration's search tree, all N paths of S tokens with their
+        shared prefixes counted once (tokens). `tree_len` * N when measured. One pass: N
+        paths each holding `_held(S)`. Otherwise the tree has D = `iterations` levels of
+        `step_len` tokens (the top level takes what is left of S, the prompt included);
+        level k above the leaves has min(N, max(lineages, ceil(N / share^k))) nodes."""
+        n = self.num_requests
+        if self.tree_len is not None:
+            return n * self.tree_len
+        if self.iterations == 1:
+            return n * self._held(self.verifier_len)
+        total, nodes, top = 0, n, self.verifier_len - (self.iterations - 1) * self.step_len
+        for k in range(self.iterations):
+            height = self.step_len if k < self.iterations - 1 else max(1, top)
+            total += min(n, max(self.lineages, nodes)) * height
+            nodes = -(-nodes // self.share)
+        return total
+
+    def recompute_tokens(self) -> int:
+        """Tokens each model recomputes over the search when its cache keeps nothing between
+        iterations: W_prefix * D / 2 (module docstring); 0 for one pass."""
+        if self.iterations == 1:
+            return 0
+        prefix = max(0, self.tree_tokens - self.num_requests * self.step_len)
+        return prefix * self.iterations // 2
+
 
 @dataclass(frozen=True)
 class MemoryPlan:
@@ -114,12 +183,15 @@ class MemoryPlan:
     Attributes:
         b_pre: verifier batch (sequences per prefill pass).
         b_dec: generator decode batch (running sequences).
-        verifier_kv_bytes, generator_kv_bytes: KV-cache sizes (bytes) that hold those batches.
+        verifier_kv_bytes, generator_kv_bytes: KV-cache sizes (bytes); they hold the batches
+            and, in a coupled plan, share all of M (what the batches leave over is prefix
+            cache).
         offload: the inactive model's KV cache is offloaded to host memory between phases.
-        t_total: predicted iteration time (s), transfer overhead included.
-        t_verify, t_decode: its verifier and generator parts (s).
+        t_total: predicted search time (s): verifier + generator + recompute + transfer.
+        t_verify, t_decode: the two terms of the paper's T_tot (s).
         t_offload: the transfer overhead (s), 0 without offloading.
-        kind: "roofline", "offload" or "static".
+        kind: "roofline", "offload", "static" or "fixed".
+        t_recompute: prefix recomputation of both models (T_reuse, s; 0 for one pass).
     """
 
     b_pre: int
@@ -132,6 +204,7 @@ class MemoryPlan:
     t_decode: float
     t_offload: float
     kind: str
+    t_recompute: float = 0.0
 
     def throughput(self, inp: PlanInput) -> float:
         """Predicted generated tokens per second of the iteration (N * S_dec / T_tot)."""
@@ -147,28 +220,129 @@ def iteration_time(inp: PlanInput, b_pre: int, b_dec: int) -> tuple[float, float
     return math.ceil(n / b_pre) * pre, math.ceil(n / b_dec) * inp.decode_len * dec
 
 
-def _plan(inp: PlanInput, b_pre: int, b_dec: int, kind: str, overhead: float = 0.0) -> MemoryPlan:
+class _Model:
+    """One model's side of the plan: its batch needs and its reuse term."""
+
+    def __init__(self, inp: PlanInput, model: ModelSpec, per_seq: int, floor: int,
+                 length: int):
+        self.per_seq, self.floor = per_seq, floor
+        self.tree = inp.tree_tokens * model.kv_bytes_per_token
+        tokens = inp.recompute_tokens()
+        self.full = 0.0
+        if tokens:
+            per_token = step_time(model, inp.hardware,
+                                  StepShape.uniform(1, length, 0, logits=False)) / length
+            self.full = tokens * per_token
+
+    def need(self, batch: int, floor: bool = True) -> int:
+        """Bytes a batch of `batch` sequences holds (the tree at most), at least the floor."""
+        held = min(batch * self.per_seq, self.tree)
+        return max(held, self.floor) if floor else held
+
+    def recompute(self, cache: int) -> float:
+        """(1 - h) * R for a KV cache of `cache` bytes (s)."""
+        return self.full * (1 - min(1.0, cache / self.tree)) if self.full else 0.0
+
+    def cap(self, room: int, limit: int) -> int:
+        """Largest batch <= limit whose need fits `room` bytes (0 if none)."""
+        if self.need(1) > room:
+            return 0
+        if self.tree <= room:
+            return limit
+        return min(limit, room // self.per_seq)
+
+
+def _models(inp: PlanInput) -> tuple[_Model, _Model]:
+    return (_Model(inp, inp.verifier, inp.kv_ver, inp.verifier_floor, inp.verifier_len),
+            _Model(inp, inp.generator, inp.kv_gen, inp.generator_floor, inp.verifier_len))
+
+
+def _split_left(ver: _Model, gen: _Model, ver_need: int, gen_need: int,
+                left: int) -> tuple[int, int]:
+    """KV sizes (verifier, generator) when `left` bytes beyond the batches' needs go first to
+    the cache that saves more recompute time per byte (R / W; ties to the generator), each up
+    to its tree; the rest (all of it without a reuse term) to the generator."""
+    caches = {"ver": ver_need, "gen": gen_need}
+    models = {"ver": ver, "gen": gen}
+    for name in sorted(caches, key=lambda k: (-models[k].full / models[k].tree, k == "ver")):
+        if not models[name].full:
+            break
+        give = min(left, max(0, models[name].tree - caches[name]))
+        caches[name] += give
+        left -= give
+    return caches["ver"], caches["gen"] + left
+
+
+def _batches(n: int, cap: int) -> list[int]:
+    """The smallest batch of each batch count ceil(n / b), for b in 1..cap, ascending: within a
+    count, a larger batch costs no less time (same passes, larger each) and more memory."""
+    out, b = [], 1
+    while b <= cap:
+        out.append(b)
+        passes = -(-n // b)
+        if passes == 1:
+            break
+        b = -(-n // (passes - 1))
+    return out
+
+
+def _plan(inp: PlanInput, b_pre: int, b_dec: int, kind: str, ver_bytes: int, gen_bytes: int,
+          overhead: float = 0.0) -> MemoryPlan:
     tv, tg = iteration_time(inp, b_pre, b_dec)
-    ver = b_pre * inp.kv_ver if kind == "offload" else max(b_pre * inp.kv_ver, inp.verifier_floor)
-    return MemoryPlan(b_pre, b_dec, ver, b_dec * inp.kv_gen, kind == "offload",
-                      tv + tg + overhead, tv, tg, overhead, kind)
+    ver, gen = _models(inp)
+    tr = ver.recompute(ver_bytes) + gen.recompute(gen_bytes)
+    return MemoryPlan(b_pre, b_dec, ver_bytes, gen_bytes, kind == "offload",
+                      tv + tg + tr + overhead, tv, tg, overhead, kind, tr)
 
 
 def _coupled(inp: PlanInput) -> MemoryPlan | None:
+    """The fastest (B_pre, B_dec) under the coupled constraint, over every feasible pair (the
+    paper's search, extended: the leftover memory is priced by the reuse term). Only the
+    smallest batch of each batch count is tried (`_batches`), then, for B_dec, larger ones of
+    that count as long as they tie (ties go to the larger B_dec)."""
     n, m = inp.num_requests, inp.memory_bytes
+    ver, gen = _models(inp)
+    cap_pre = ver.cap(m - gen.need(1), n)
+    if cap_pre < 1:
+        return None
+    hw = inp.hardware
+    dec_step: dict[int, float] = {}
+
+    def t_dec(b: int) -> float:
+        if b not in dec_step:
+            dec_step[b] = (-(-n // b) * inp.decode_len
+                           * step_time(inp.generator, hw, StepShape.uniform(b, 1, inp.s_cache)))
+        return dec_step[b]
+
+    dec_counts = _batches(n, n)
     best = None
-    for b_pre in range(1, min(n, m // inp.kv_ver) + 1):
-        left = m - max(b_pre * inp.kv_ver, inp.verifier_floor)
-        if left < inp.generator_floor:
-            break
-        b_dec = min(n, left // inp.kv_gen)
-        if b_dec < 1:
-            break
-        tv, tg = iteration_time(inp, b_pre, b_dec)
-        key = (tv + tg, -b_dec)
-        if best is None or key < best[0]:
-            best = (key, b_pre, b_dec)
-    return None if best is None else _plan(inp, best[1], best[2], "roofline")
+    for b_pre in _batches(n, cap_pre):
+        ver_need = ver.need(b_pre)
+        room = m - ver_need
+        cap_dec = gen.cap(room, n)
+        t_pre = -(-n // b_pre) * step_time(
+            inp.verifier, hw, StepShape.uniform(b_pre, inp.verifier_len, 0, logits=False))
+
+        def total(b_dec: int) -> float:
+            gen_need = gen.need(b_dec)
+            v, g = _split_left(ver, gen, ver_need, gen_need, room - gen_need)
+            return t_pre + t_dec(b_dec) + ver.recompute(v) + gen.recompute(g)
+
+        for i, b_dec in enumerate(dec_counts):
+            if b_dec > cap_dec:
+                break
+            t = total(b_dec)
+            end = min(cap_dec, dec_counts[i + 1] - 1 if i + 1 < len(dec_counts) else n)
+            while b_dec < end and total(b_dec + 1) == t:
+                b_dec += 1
+            key = (t, -b_dec)
+            if best is None or key < best[0]:
+                best = (key, b_pre, b_dec)
+    _, b_pre, b_dec = best
+    ver_need = ver.need(b_pre)
+    gen_need = gen.need(b_dec)
+    v, g = _split_left(ver, gen, ver_need, gen_need, m - ver_need - gen_need)
+    return _plan(inp, b_pre, b_dec, "roofline", v, g)
 
 
 def _fastest(count: int, cost) -> int:
@@ -178,32 +352,32 @@ def _fastest(count: int, cost) -> int:
 
 def plan_within(inp: PlanInput, generator_bytes: int, verifier_bytes: int) -> MemoryPlan | None:
     """The fastest batch caps for a KV split that stays as it is (re-planning without resizing
-    the engines): B_pre <= verifier_bytes / KVBytes_ver(1, S), B_dec <= generator_bytes /
-    KVBytes_gen(1, S_dec), both <= N. The two terms of T_tot then depend on one batch each, so
-    each is minimised on its own (ties to the larger batch). Kind "fixed".
+    the engines): each batch as large as its cache holds (`_Model.cap`, at most N). The two
+    terms of T_tot then depend on one batch each and the reuse term on neither, so each is
+    minimised on its own (ties to the larger batch). Kind "fixed".
 
     Returns:
         The plan, or None when a share cannot hold one sequence.
     """
     n = inp.num_requests
-    cap_pre = min(n, verifier_bytes // inp.kv_ver)
-    cap_dec = min(n, generator_bytes // inp.kv_gen)
+    ver, gen = _models(inp)
+    cap_pre = ver.cap(verifier_bytes, n)
+    cap_dec = gen.cap(generator_bytes, n)
     if cap_pre < 1 or cap_dec < 1:
         return None
     b_pre = _fastest(cap_pre, lambda b: iteration_time(inp, b, 1)[0])
     b_dec = _fastest(cap_dec, lambda b: iteration_time(inp, 1, b)[1])
-    tv, tg = iteration_time(inp, b_pre, b_dec)
-    return MemoryPlan(b_pre, b_dec, verifier_bytes, generator_bytes, False, tv + tg, tv, tg, 0.0,
-                      "fixed")
+    return _plan(inp, b_pre, b_dec, "fixed", verifier_bytes, generator_bytes)
 
 
 def _offload(inp: PlanInput) -> MemoryPlan | None:
-    bw = inp.hardware.host_bandwidth
-    b_pre = min(inp.num_requests, inp.memory_bytes // inp.kv_ver)
-    b_dec = min(inp.num_requests, inp.memory_bytes // inp.kv_gen)
+    bw, m = inp.hardware.host_bandwidth, inp.memory_bytes
+    ver, gen = _models(inp)
+    b_pre = ver.cap(m, inp.num_requests)
+    b_dec = gen.cap(m, inp.num_requests)
     if bw is None or b_pre < 1 or b_dec < 1:
         return None
-    return _plan(inp, b_pre, b_dec, "offload", 4 * inp.memory_bytes / bw)
+    return _plan(inp, b_pre, b_dec, "offload", m, m, 4 * m / bw)
 
 
 def plan_memory(inp: PlanInput, allow_offload: bool = True) -> MemoryPlan:
@@ -230,57 +404,79 @@ def plan_memory(inp: PlanInput, allow_offload: bool = True) -> MemoryPlan:
     return min(plans, key=lambda p: (p.t_total, -p.b_dec))
 
 
-#: Tokens of a path's newest step, the part siblings do not share (the simulated and real
-#: workloads' median steps are 34-90 tokens).
-PLAN_STEP_LEN = 64
-#: Methods whose paths of one iteration share their parent's prefix with beam_width siblings.
-TREE_METHODS = ("beam_search", "dvts", "vg_search", "dynamic_branching")
+def search_shape(method: str, n: int, beam_width: int, seq_len: int,
+                 single_pass: bool = False, granularity: int = 1) -> dict:
+    """The prefix-sharing fields of `PlanInput` for a search method (shared_len, share,
+    iterations, step_len, lineages).
+
+    A step adds `PLAN_STEP_LEN` tokens (`granularity` steps per iteration for VG-search). Tree
+    methods share all but the newest step with the beam_width children of one parent; beam
+    search, VG-search and dynamic branching keep one tree (lineages 1), DVTS n / beam_width
+    subtrees; other methods' paths are independent (lineages n, nothing shared). A method that
+    generates each path in one pass (best-of-N, self-consistency) runs one iteration.
+    """
+    tree = method in TREE_METHODS
+    share = min(beam_width, n) if tree else 1
+    step = PLAN_STEP_LEN * (granularity if method == "vg_search" else 1)
+    if method == "dvts":
+        lineages = max(1, n // share)
+    else:
+        lineages = 1 if tree else n
+    return dict(shared_len=max(0, seq_len - step) if tree else 0, share=share,
+                iterations=1 if single_pass else max(1, -(-seq_len // step)),
+                step_len=step, lineages=lineages)
 
 
 def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
                hardware: HardwareSpec, seq_len: int | None = None,
-               verifier_floor: int = 0, generator_floor: int = 0) -> PlanInput:
+               verifier_floor: int = 0, generator_floor: int = 0,
+               tree_len: int | None = None) -> PlanInput:
     """The workload the planner sizes a run for.
 
     N = search n beams; S = S_dec = `seq_len` if given (a measured mean path length), else
     `runtime.plan_seq_len`, else 256 + max_tokens / 2 tokens, at most the generator's context;
-    S_cache = S_dec / 2. Prefix sharing: all but the newest step (`PLAN_STEP_LEN` tokens) of a
-    path is shared by the beam_width children of its parent (`PlanInput.shared_len`, `share`);
-    a method whose paths share only the prompt (best-of-N, self-consistency, SART) shares
-    nothing here. `verifier_floor`, `generator_floor`: see `PlanInput` (bytes).
+    S_cache = S_dec / 2. Prefix sharing and the reuse term follow the method
+    (`search_shape`); `tree_len`: the measured tree size per path (tokens; `PlanInput`).
+    `verifier_floor`, `generator_floor`: see `PlanInput` (bytes).
 
     Raises:
         ValueError: a size below 1 (see `PlanInput`).
+        fasttts.search.SearchConfigError: the search configuration is invalid.
     """
+    from fasttts.search import make_strategy
+
     seq_len = min(seq_len or cfg.runtime.plan_seq_len or 256 + cfg.search.max_tokens // 2,
                   cfg.generator.max_model_len)
-    tree = cfg.search.method in TREE_METHODS
+    search = cfg.search
+    shape = search_shape(search.method, search.n, search.beam_width, seq_len,
+                         single_pass=make_strategy(search).num_iterations == 1,
+                         granularity=search.granularity)
     return PlanInput(memory_bytes=budget, generator=generator, verifier=verifier,
-                     hardware=hardware, num_requests=cfg.search.n, verifier_len=seq_len,
-                     decode_len=seq_len,
-                     shared_len=max(0, seq_len - PLAN_STEP_LEN) if tree else 0,
-                     share=min(cfg.search.beam_width, cfg.search.n) if tree else 1,
-                     verifier_floor=verifier_floor, generator_floor=generator_floor)
+                     hardware=hardware, num_requests=search.n, verifier_len=seq_len,
+                     decode_len=seq_len, verifier_floor=verifier_floor,
+                     generator_floor=generator_floor, tree_len=tree_len, **shape)
 
 
 def plan_for_run(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
                  hardware: HardwareSpec, allow_offload: bool,
                  verifier_min_tokens: int, seq_len: int | None = None,
-                 generator_min_tokens: int = 0) -> tuple[MemoryPlan, int]:
+                 generator_min_tokens: int = 0,
+                 tree_len: int | None = None) -> tuple[MemoryPlan, int]:
     """The plan a run applies, and the verifier's KV-cache size under it (bytes).
 
-    The workload is `plan_input(cfg, budget, ..., seq_len)`. Without offloading the verifier
-    gets what B_pre sequences need, but at least `verifier_min_tokens` tokens (one longest
-    sequence; the plan's B_dec counts that floor), and the generator the rest of `budget`
-    (decoding is the more memory-sensitive stage), at least `generator_min_tokens` tokens;
-    with offloading each gets all of it.
+    The workload is `plan_input(cfg, budget, ..., seq_len, tree_len=tree_len)`. Without
+    offloading the verifier gets what B_pre sequences need, but at least
+    `verifier_min_tokens` tokens (one longest sequence; the plan's B_dec counts that floor),
+    plus the share of the leftover memory the reuse term gives it, and the generator the rest
+    of `budget`, at least `generator_min_tokens` tokens; with offloading each gets all of it.
 
     Raises:
         PlanError: nothing fits.
     """
     floor = verifier_min_tokens * verifier.kv_bytes_per_token
     plan = plan_memory(plan_input(cfg, budget, generator, verifier, hardware, seq_len, floor,
-                                  generator_min_tokens * generator.kv_bytes_per_token),
+                                  generator_min_tokens * generator.kv_bytes_per_token,
+                                  tree_len),
                        allow_offload)
     return plan, budget if plan.offload else plan.verifier_kv_bytes
 
@@ -367,9 +563,10 @@ def static_plan(inp: PlanInput, generator_share: float = 0.5) -> MemoryPlan:
         PlanError: a share cannot hold one sequence.
     """
     gen_bytes = int(inp.memory_bytes * generator_share)
-    b_dec = min(inp.num_requests, gen_bytes // inp.kv_gen)
-    b_pre = min(inp.num_requests, (inp.memory_bytes - gen_bytes) // inp.kv_ver)
+    ver, gen = _models(inp)
+    b_dec = gen.cap(gen_bytes, inp.num_requests)
+    b_pre = ver.cap(inp.memory_bytes - gen_bytes, inp.num_requests)
     if b_pre < 1 or b_dec < 1:
         raise PlanError(f"the static split ({generator_share:.2f} of {inp.memory_bytes / 2**20:.1f} "
                         f"MiB to the generator) cannot hold one sequence of each model")
-    return _plan(inp, b_pre, b_dec, "static")
+    return _plan(inp, b_pre, b_dec, "static", inp.memory_bytes - gen_bytes, gen_bytes)
