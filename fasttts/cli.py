@@ -328,8 +328,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     from fasttts.backends.sim import static_split
     from fasttts.backends.sim.specs import load_hardware, load_model
-    from fasttts.config import SimConfig
-    from fasttts.runtime.memory_planner import PlanInput, plan_memory, static_plan
+    from fasttts.config import SearchConfig, SimConfig
+    from fasttts.runtime.memory_planner import PlanInput, plan_memory, search_shape, static_plan
+    from fasttts.search import make_strategy
 
     hw = load_hardware(args.hardware)
     gen, ver = load_model(args.generator), load_model(args.verifier)
@@ -339,12 +340,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     else:
         split = static_split(hw, gen, ver, sim)
         budget = split.generator_kv + split.verifier_kv
+    search = SearchConfig(method=args.method, n=args.n, beam_width=args.beam_width)
+    shape = search_shape(args.method, args.n, args.beam_width,
+                         min(args.verifier_len, args.decode_len),
+                         single_pass=make_strategy(search).num_iterations == 1)
     inp = PlanInput(memory_bytes=budget, generator=gen, verifier=ver, hardware=hw,
                     num_requests=args.n, verifier_len=args.verifier_len,
-                    decode_len=args.decode_len, cache_len=args.cache_len,
-                    shared_len=(max(0, min(args.verifier_len, args.decode_len) - args.step_len)
-                                if args.share > 1 else 0),
-                    share=args.share)
+                    decode_len=args.decode_len, cache_len=args.cache_len, **shape)
     best = plan_memory(inp, allow_offload=not args.no_offload)
     static = static_plan(inp, args.generator_kv_share)
     gib = 1 << 30
@@ -359,17 +361,19 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         ("verifier KV GiB", lambda p: f"{p.verifier_kv_bytes / gib:.2f}"),
         ("generator KV GiB", lambda p: f"{p.generator_kv_bytes / gib:.2f}"),
         ("offload inactive KV", lambda p: "yes" if p.offload else "no"),
-        ("iteration time s", lambda p: f"{p.t_total:.3f}"),
+        ("search time s", lambda p: f"{p.t_total:.3f}"),
         ("  verifier s", lambda p: f"{p.t_verify:.3f}"),
         ("  generator s", lambda p: f"{p.t_decode:.3f}"),
+        ("  prefix recompute s", lambda p: f"{p.t_recompute:.3f}"),
         ("  offload transfer s", lambda p: f"{p.t_offload:.3f}"),
         ("throughput tok/s", lambda p: f"{p.throughput(inp):.0f}"),
     ]
     for name, fmt in rows:
         t.add_row(name, fmt(static), fmt(best))
     Console().print(t)
-    print(f"planned vs static: {static.t_total / best.t_total:.2f}x faster iteration "
-          f"(S={args.verifier_len}, S_dec={args.decode_len}, S_cache={inp.s_cache} tokens)")
+    print(f"planned vs static: {static.t_total / best.t_total:.2f}x faster search "
+          f"(S={args.verifier_len}, S_dec={args.decode_len}, S_cache={inp.s_cache} tokens; "
+          f"{args.method}: {inp.iterations} iterations, search tree {inp.tree_tokens} tokens)")
     return 0
 
 
@@ -455,11 +459,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--generator-kv-share", type=float, default=0.5,
                    help="the static split's generator share (default: %(default)s)")
     p.add_argument("--no-offload", action="store_true", help="do not consider offloading")
-    p.add_argument("--share", type=int, default=4,
-                   help="sequences sharing a parent's prefix (beam_width; 1 = no sharing, as "
-                        "for best-of-N; default: %(default)s)")
-    p.add_argument("--step-len", type=int, default=64,
-                   help="tokens of a path's newest step, not shared (default: %(default)s)")
+    p.add_argument("--method", default="beam_search",
+                   help="search method: sets the prefix sharing and the iterations whose "
+                        "prefix reuse the plan prices (default: %(default)s)")
+    p.add_argument("--beam-width", type=int, default=4,
+                   help="children per kept path, sharing its prefix (default: %(default)s)")
     p.set_defaults(func=_cmd_plan)
     p = sub.add_parser("serve", help="OpenAI-compatible TTS server (many requests, one engine)")
     p.add_argument("--host", default="127.0.0.1",

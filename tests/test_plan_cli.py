@@ -8,7 +8,17 @@ def test_plan_prints_both_splits(capsys):
                  "--verifier", "skywork-prm-1.5b", "--n", "64", "--kv-budget", "300MiB"]) == 0
     out = capsys.readouterr().out
     assert "B_pre (verifier batch)" in out and "static split" in out and "planned" in out
-    assert "faster iteration" in out
+    assert "faster search" in out and "beam_search: 16 iterations" in out
+    assert "prefix recompute s" in out
+
+
+def test_plan_prices_reuse_only_for_step_by_step_methods(capsys):
+    assert main(["plan", "--n", "64", "--method", "self_consistency"]) == 0
+    out = capsys.readouterr().out
+    # one pass: no reuse term, and independent paths share nothing
+    assert "self_consistency: 1 iterations, search tree 65536 tokens" in out
+    assert main(["plan", "--n", "64", "--method", "dvts"]) == 0
+    assert "dvts: 16 iterations, search tree 19456 tokens" in capsys.readouterr().out
 
 
 def test_plan_errors_are_one_line(capsys):
@@ -18,4 +28,8 @@ def test_plan_errors_are_one_line(capsys):
     assert main(["plan", "--hardware", "tpu9"]) == 2
     assert "unknown hardware spec 'tpu9'" in capsys.readouterr().err
     assert main(["plan", "--n", "0"]) == 2
-    assert "num_requests must be >= 1" in capsys.readouterr().err
+    assert "n: Input should be greater than 0" in capsys.readouterr().err
+    assert main(["plan", "--method", "mcts"]) == 2
+    assert "unknown search method 'mcts'; methods: beam_search" in capsys.readouterr().err
+    assert main(["plan", "--n", "6"]) == 2
+    assert "needs n to be a positive multiple of beam_width" in capsys.readouterr().err

@@ -53,29 +53,38 @@ def test_same_workload_changes_nothing():
     assert rp.update(_cfg(8)) is None and rp.num_replans == 0
 
 
+MiB = 1 << 20
+# The optimum's verifier KV at 1 GiB, S = S_dec = 1024 tokens, per n (beam search, width 4):
+# n = 8: its 512 MiB floor (one 4096-token sequence) holds its 192 MiB search tree; the
+#   generator's tree is 42 MiB; the other 470 MiB are shared in proportion to the two trees:
+#   512 + 470 * 192 / 234 = 897.6 MiB;
+# n = 64: 840 MiB the same way (trees of 776 and 170 MiB);
+# n = 256: 591.75 MiB: B_pre = 8 within the floor, B_dec = 52 sequences of 8.3 MiB, and the
+#   last 79.75 MiB to the verifier's prefix cache.
+VER_KV = {8: 941244836, 64: 881018932, 256: 620494848}
+
+
 def test_small_moves_change_caps_only_and_large_moves_resplit():
-    # 3 GiB, S = S_dec = 256 + 1536 / 2 = 1024 tokens; the optimum's verifier KV per n:
-    # n = 8: 512 MiB (its floor, one 4096-token sequence); n = 64: 776 MiB (the whole search
-    # tree of 6208 tokens at 128 KiB); n = 256: 2456 MiB (B_pre = 64 and as much of the
-    # 2816 MiB tree as is left after the generator's 616 MiB tree).
-    # Planned for 8; then 64: the optimum moves 264 MiB = 8.6 % of M <= 10 % -> keep the
-    # split, caps (8, 64) within it; then 256: it moves 1944 MiB = 63 % -> re-split to
-    # (64, 256); then 8: 63 % again -> re-split back.
-    budget = 3 * GiB
+    # Planned for 8; then 64: the optimum moves 57 MiB = 5.6 % of M <= 10 % -> keep the split,
+    # caps within it; then 256: it moves 306 MiB = 30 % -> re-split to (8, 52); then 8: 30 %
+    # again -> re-split back.
+    assert VER_KV[8] // MiB == 897 and VER_KV[256] == 591.75 * MiB
+    budget = GiB
     rp = _replanner(budget, n=8)
     first = (rp.generator_kv_bytes, rp.verifier_kv_bytes)
-    assert first[1] == 512 << 20
+    assert first[1] == VER_KV[8]
     change = rp.update(_cfg(64))
     kept = plan_within(plan_input(_cfg(64), budget, GEN, VER, HW), *first)
-    assert not change.resplit and change.plan == kept and (kept.b_pre, kept.b_dec) == (8, 64)
+    # the generator's 126 MiB hold 15 of its 8.3 MiB sequences; 13 make the same 5 passes
+    assert not change.resplit and change.plan == kept and (kept.b_pre, kept.b_dec) == (64, 13)
     assert (change.generator_kv_bytes, change.verifier_kv_bytes) == first
     change = rp.update(_cfg(256))
     best, ver_kv = plan_for_run(_cfg(256), budget, GEN, VER, HW, False, FLOOR_TOKENS)
-    assert change.resplit and change.plan == best and (best.b_pre, best.b_dec) == (64, 256)
+    assert change.resplit and change.plan == best and (best.b_pre, best.b_dec) == (8, 52)
     assert (change.generator_kv_bytes, change.verifier_kv_bytes) == (budget - ver_kv, ver_kv)
-    assert ver_kv == 2456 << 20
+    assert ver_kv == VER_KV[256]
     change = rp.update(_cfg(8))
-    assert change.resplit and change.verifier_kv_bytes == 512 << 20
+    assert change.resplit and change.verifier_kv_bytes == VER_KV[8]
     assert (change.plan.b_pre, change.plan.b_dec) == (8, 8)
     assert rp.update(_cfg(8)) is None
     assert (rp.num_replans, rp.num_resplits) == (3, 2)
@@ -93,12 +102,12 @@ def test_the_plan_counts_the_verifiers_floor():
 
 
 def test_min_shift_sets_when_to_resplit():
-    never = _replanner(3 * GiB, n=64, min_shift=1.0)
+    never = _replanner(GiB, n=256, min_shift=1.0)
     change = never.update(_cfg(8))
     assert not change.resplit and change.plan.kind == "fixed"
-    assert never.verifier_kv_bytes == 776 << 20 and never.num_resplits == 0
-    always = _replanner(3 * GiB, n=8, min_shift=0.0)
-    assert always.update(_cfg(64)).resplit  # 512 -> 776 MiB
+    assert never.verifier_kv_bytes == VER_KV[256] and never.num_resplits == 0
+    always = _replanner(GiB, n=8, min_shift=0.0)
+    assert always.update(_cfg(64)).resplit  # 897.6 -> 840 MiB
     for bad in (-0.1, 1.5):
         with pytest.raises(ValueError, match="0 <= min_shift <= 1"):
             _replanner(GiB, min_shift=bad)
@@ -118,7 +127,7 @@ def test_measured_lengths_set_the_sequence_length():
     assert fixed.update(_cfg(64, plan_seq_len=2000)).seq_len == 2000
 
 
-def _sim_tts(n=8, kv_gib=3):
+def _sim_tts(n=8, kv_gib=1):
     from fasttts.api import FastTTS
 
     cfg = _cfg(n, plan_seq_len=1024).model_dump(exclude_unset=True)  # fixed S: the sizes above, by hand
@@ -129,13 +138,16 @@ def _sim_tts(n=8, kv_gib=3):
 
 
 def test_fasttts_follows_each_problems_n_on_the_simulator():
-    # the sequence of test_small_moves_change_caps_only_and_large_moves_resplit, applied
+    # the sequence of test_small_moves_change_caps_only_and_large_moves_resplit, applied to
+    # simulated engines, whose generator also keeps a 4096-token floor (112 MiB): n = 8 and
+    # n = 64 then plan the same 840 MiB verifier cache (512 + 400 * 192 / 234 MiB), n = 256
+    # the same 591.75 MiB
     tts, cfg = _sim_tts(n=8)
     with tts:
         gen, ver = tts.generator.engine, tts.verifier.engine
-        assert ver.kv.num_blocks == (512 << 20) // (16 * VER.kv_bytes_per_token)
-        for n, caps, resplit in ((8, (8, 8), None), (64, (8, 64), False),
-                                 (256, (64, 256), True), (8, (8, 8), True)):
+        assert ver.kv.num_blocks == VER_KV[64] // (16 * VER.kv_bytes_per_token) == 420
+        for n, caps, resplit in ((8, (8, 8), None), (64, (64, 64), False),
+                                 (256, (8, 52), True), (8, (8, 8), True)):
             result = tts.solve("What is 2+3?", "p", search=cfg.search.model_copy(update={"n": n}))
             assert (tts.plan.b_pre, tts.plan.b_dec) == caps
             assert (gen.max_num_seqs, ver.max_num_seqs) == (caps[1], caps[0])
@@ -143,9 +155,9 @@ def test_fasttts_follows_each_problems_n_on_the_simulator():
             assert len(result.completions) <= n
             assert not gen.seqs and gen.kv.num_used == 0 and ver.kv.num_used == 0
             if n == 256:
-                assert ver.kv.num_blocks == (2456 << 20) // (16 * VER.kv_bytes_per_token)
-                assert gen.kv.num_blocks == (3 * GiB - (2456 << 20)) // (16 * GEN.kv_bytes_per_token)
-        assert ver.kv.num_blocks == (512 << 20) // (16 * VER.kv_bytes_per_token)
+                assert ver.kv.num_blocks == VER_KV[256] // (16 * VER.kv_bytes_per_token)
+                assert gen.kv.num_blocks == (GiB - VER_KV[256]) // (16 * GEN.kv_bytes_per_token)
+        assert ver.kv.num_blocks == 420
         assert len(tts.replans) == 3
         with pytest.raises(Exception, match="beam_width"):
             tts.solve("What is 2+3?", "p", search=cfg.search.model_copy(update={"n": 6}))

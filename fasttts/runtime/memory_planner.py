@@ -35,7 +35,8 @@ tail first, so what is evicted is the unshared tail of old paths), and recompute
 
 where W_prefix = W - N * step_len is the prefix part of the last iteration's tree (it grows
 about linearly over the D iterations). Memory beyond the two batches' needs is given to the
-cache that saves more time per byte (R / W), so the planner no longer hands all of it to the
+cache that saves more time per byte (R / W) until it holds its tree, then to the other, and
+the rest in proportion to the two trees, so the planner no longer hands all of it to the
 generator when B_dec = N leaves some over. The batch needs also count the tree: B sequences of
 one iteration hold min(B * KVBytes(1, S), W * KVBytes/token). W is estimated from the search
 shape (`tree_tokens`) or measured by the runtime (`PlanInput.tree_len`). With D = 1 (the
@@ -257,20 +258,29 @@ def _models(inp: PlanInput) -> tuple[_Model, _Model]:
             _Model(inp, inp.generator, inp.kv_gen, inp.generator_floor, inp.verifier_len))
 
 
-def _split_left(ver: _Model, gen: _Model, ver_need: int, gen_need: int,
-                left: int) -> tuple[int, int]:
-    """KV sizes (verifier, generator) when `left` bytes beyond the batches' needs go first to
-    the cache that saves more recompute time per byte (R / W; ties to the generator), each up
-    to its tree; the rest (all of it without a reuse term) to the generator."""
-    caches = {"ver": ver_need, "gen": gen_need}
-    models = {"ver": ver, "gen": gen}
-    for name in sorted(caches, key=lambda k: (-models[k].full / models[k].tree, k == "ver")):
-        if not models[name].full:
-            break
-        give = min(left, max(0, models[name].tree - caches[name]))
-        caches[name] += give
-        left -= give
-    return caches["ver"], caches["gen"] + left
+def _split_left(ver: _Model, gen: _Model):
+    """The function (verifier need, generator need, left) -> KV sizes (verifier, generator)
+    that gives the `left` bytes beyond the batches' needs first to the cache that saves more
+    recompute time per byte (R / W; ties to the generator), each up to its tree, and what
+    remains in proportion to the two trees (headroom against an underestimated W); without a
+    reuse term all of it goes to the generator (the paper's tie rule)."""
+    order = [k for k in sorted((0, 1), key=lambda k: (-(ver, gen)[k].full / (ver, gen)[k].tree, k))
+             if (ver, gen)[k].full]
+    trees = (ver.tree, gen.tree)
+
+    def split(ver_need: int, gen_need: int, left: int) -> tuple[int, int]:
+        caches = [ver_need, gen_need]
+        for k in order:
+            give = min(left, max(0, trees[k] - caches[k]))
+            caches[k] += give
+            left -= give
+        if order:  # both trees held: headroom in proportion to them (W is an estimate)
+            give = left * trees[0] // (trees[0] + trees[1])
+            caches[0] += give
+            left -= give
+        return caches[0], caches[1] + left
+
+    return split
 
 
 def _batches(n: int, cap: int) -> list[int]:
@@ -305,7 +315,7 @@ def _coupled(inp: PlanInput) -> MemoryPlan | None:
     cap_pre = ver.cap(m - gen.need(1), n)
     if cap_pre < 1:
         return None
-    hw = inp.hardware
+    hw, split = inp.hardware, _split_left(ver, gen)
     dec_step: dict[int, float] = {}
 
     def t_dec(b: int) -> float:
@@ -314,7 +324,8 @@ def _coupled(inp: PlanInput) -> MemoryPlan | None:
                            * step_time(inp.generator, hw, StepShape.uniform(b, 1, inp.s_cache)))
         return dec_step[b]
 
-    dec_counts = _batches(n, n)
+    counts = _batches(n, n)
+    ends = [nxt - 1 for nxt in counts[1:]] + [n]
     best = None
     for b_pre in _batches(n, cap_pre):
         ver_need = ver.need(b_pre)
@@ -325,23 +336,25 @@ def _coupled(inp: PlanInput) -> MemoryPlan | None:
 
         def total(b_dec: int) -> float:
             gen_need = gen.need(b_dec)
-            v, g = _split_left(ver, gen, ver_need, gen_need, room - gen_need)
+            v, g = split(ver_need, gen_need, room - gen_need)
             return t_pre + t_dec(b_dec) + ver.recompute(v) + gen.recompute(g)
 
-        for i, b_dec in enumerate(dec_counts):
+        for b_dec, end in zip(counts, ends):
             if b_dec > cap_dec:
                 break
+            if best is not None and t_pre + t_dec(b_dec) > best[0][0]:
+                continue  # the reuse term only adds: this pair cannot win
             t = total(b_dec)
-            end = min(cap_dec, dec_counts[i + 1] - 1 if i + 1 < len(dec_counts) else n)
-            while b_dec < end and total(b_dec + 1) == t:
+            # a larger batch of the same count ties only if its decode time does
+            while b_dec < min(end, cap_dec) and t_dec(b_dec + 1) == t_dec(b_dec) \
+                    and total(b_dec + 1) == t:
                 b_dec += 1
             key = (t, -b_dec)
             if best is None or key < best[0]:
                 best = (key, b_pre, b_dec)
     _, b_pre, b_dec = best
-    ver_need = ver.need(b_pre)
-    gen_need = gen.need(b_dec)
-    v, g = _split_left(ver, gen, ver_need, gen_need, m - ver_need - gen_need)
+    ver_need, gen_need = ver.need(b_pre), gen.need(b_dec)
+    v, g = split(ver_need, gen_need, m - ver_need - gen_need)
     return _plan(inp, b_pre, b_dec, "roofline", v, g)
 
 
