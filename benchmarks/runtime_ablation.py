@@ -213,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
                     row = {k: rec[k] for k in ("id", "clock", "latency_s", "generator_time_s",
                                                "verifier_time_s", "precise_goodput_tok_s",
                                                "tokens_generated", "batch_occupancy", "spec",
-                                               "num_preemptions", "correct")}
+                                               "num_preemptions", "search_tree_tokens",
+                                               "correct")}
                     row.update(n=n, config=name, wall_s=wall)
                     with open(log, "a") as f:
                         f.write(json.dumps(row) + "\n")

@@ -116,7 +116,8 @@ class FastTTS:
         result = runner.run(problem, problem_id)
         if self.replanner is not None:
             self.replanner.observe(result.prompt_tokens,
-                                   [len(b.token_ids) for b in result.completions])
+                                   [len(b.token_ids) for b in result.completions],
+                                   result.tree_tokens, runner.cfg)
         return result
 
     def _replan(self, cfg: RunConfig) -> None:

@@ -204,3 +204,29 @@ def test_offload_plans_keep_their_offload_flag():
     change = rp.update(cfg(2))
     assert change.plan.offload and not change.resplit and change.plan.b_dec == 2
     assert (change.generator_kv_bytes, change.verifier_kv_bytes) == (budget, budget)
+
+
+def test_a_measured_search_tree_replaces_the_estimate_for_the_same_search_shape():
+    rp = _replanner(GiB, n=8, min_shift=0.0)
+    search64 = _cfg(64).search
+    assert rp.measured_tree_len(search64) is None
+    # trees 4x the estimate of n = 64 (6208 tokens = 97 per path)
+    rp.observe(100, [900], tree_tokens=64 * 388, search=search64)
+    rp.observe(100, [900], tree_tokens=64 * 390, search=search64)
+    assert rp.measured_tree_len(search64) == 389
+    assert rp.measured_tree_len(_cfg(256).search) is None  # another n: not this tree
+    change = rp.update(_cfg(64))
+    assert plan_input(_cfg(64), GiB, GEN, VER, HW, change.seq_len,
+                      tree_len=389).tree_tokens == 64 * 389
+    best, ver_kv = plan_for_run(_cfg(64), GiB, GEN, VER, HW, False, FLOOR_TOKENS,
+                                change.seq_len, tree_len=389)
+    estimated, _ = plan_for_run(_cfg(64), GiB, GEN, VER, HW, False, FLOOR_TOKENS,
+                                change.seq_len)
+    assert change.plan == best and change.verifier_kv_bytes == ver_kv
+    # the estimate held both trees (no recompute); the measured verifier tree (3.0 GiB) does
+    # not fit 1 GiB, so the plan prices recomputation
+    assert estimated.t_recompute == 0 and best.t_recompute > 0
+    # a request with no path, or no tree, records nothing
+    rp.observe(100, [], tree_tokens=10, search=_cfg(16).search)
+    rp.observe(100, [50], tree_tokens=0, search=_cfg(16).search)
+    assert rp.measured_tree_len(_cfg(16).search) is None

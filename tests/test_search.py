@@ -193,3 +193,11 @@ def test_beam_seed_is_stable_and_distinct():
     assert beam_seed(0, "p", 1, 2) == beam_seed(0, "p", 1, 2)
     seeds = {beam_seed(0, "p", parent, b) for parent in range(5) for b in range(20)}
     assert len(seeds) == 100 and all(0 <= s < 2**31 for s in seeds)
+
+
+def test_the_search_tree_size_counts_shared_prefixes_once():
+    result, _, _ = run("last")
+    # largest tree: iteration 2, lineages (1, 6, 9), (1, 6, 10), (3, 8, 11), (3, 8, 12):
+    # A 3 + A2 4 + C 3 + C2 4 tokens shared, then 9: "A21\n\nA22 \boxed{1}" 18, 10 and 11:
+    # 13 each, 12: "C22\n\nC23" 8 (the last iteration generates to the end)
+    assert result.tree_tokens == result.prompt_tokens + 3 + 4 + 3 + 4 + 18 + 13 + 13 + 8

@@ -114,6 +114,7 @@ def problem_record(result: SearchResult, gold: str | None, problem: str = "") ->
         "num_recomputed_tokens": cache.num_recomputed_tokens if cache else None,
         "batch_occupancy": result.mean_occupancy,
         "prefix_schedule_cost": result.schedule_cost,
+        "search_tree_tokens": result.tree_tokens,
         "spec": result.spec or None,
         "stopped_early": result.stopped_early,
         "search_stats": result.search_stats or None,

@@ -53,6 +53,9 @@ class SearchResult:
         schedule_cost: the prefix-schedule cost of the submission orders, summed over
             iterations (`fasttts.runtime.prefix_scheduling.schedule_cost`, one CoT per trie;
             beams).
+        tree_tokens: unique tokens of the largest iteration's search tree: the prompt plus the
+            tokens each path node generated, shared prefixes counted once (tokens; the
+            memory planner's W, `fasttts.runtime.memory_planner`).
         spec: speculative beam extension counters (empty when off): tokens generated
             speculatively, tokens adopted as head starts, branches launched, phases stopped by
             preemption, lookahead requests sent.
@@ -75,6 +78,7 @@ class SearchResult:
     occupancy: list[tuple[float, int, int, int]] = field(default_factory=list)
     mean_occupancy: float | None = None
     schedule_cost: int = 0
+    tree_tokens: int = 0
     clock: str = "wall"
     spec: dict[str, int] = field(default_factory=dict)
     stopped_early: bool = False
@@ -148,6 +152,8 @@ class SearchRunner:
         previous: list[int] = []  # beam ids in the generator's last submission order
         prm_previous: list[int] = []  # and in the PRM's
         cost = 0
+        own: dict[int, int] = {}  # tokens each path node generated beyond its parent's
+        tree_tokens = 0
         for iteration in range(strategy.num_iterations):
             last = iteration == strategy.num_iterations - 1
             children = strategy.expand(kept, iteration, lambda: next(ids))
@@ -174,8 +180,11 @@ class SearchRunner:
                 ordered_priorities=rt.prefix_aware_scheduling,
             )
             t0 = self.generator.now()
+            before = [len(b.token_ids) for b in children]
             extend_beams(self.generator, children, step_req, trace,
                          None if last else sbe)
+            tree_tokens = max(tree_tokens, self._tree_tokens(children, before, own,
+                                                             len(prompt_ids)))
             to_score = strategy.to_verify(children, iteration)
             rollouts = (lookahead_rollouts(self.generator, to_score, cfg.lookahead, step_req, trace)
                         if cfg.lookahead and not last else {})
@@ -228,6 +237,7 @@ class SearchRunner:
             occupancy=trace.samples,
             mean_occupancy=trace.mean_occupancy(),
             schedule_cost=cost,
+            tree_tokens=tree_tokens,
             clock=self.generator.clock_kind,
             stopped_early=stopped_early,
             search_stats=strategy.stats(),
@@ -238,6 +248,17 @@ class SearchRunner:
                 "truncated_head_starts": sbe.num_truncated,
                 "lookahead_requests": num_lookahead, "lookahead_scores_used": sbe.num_prescored},
         )
+
+    @staticmethod
+    def _tree_tokens(children: list[Beam], before: list[int], own: dict[int, int],
+                     prompt_tokens: int) -> int:
+        """Record what each child generated this iteration (`before`: its token count before)
+        in `own` and return the iteration's search tree size: the prompt plus every node on
+        the children's lineages once (tokens)."""
+        for beam, start in zip(children, before):
+            own[beam.beam_id] = len(beam.token_ids) - start
+        nodes = {node for beam in children for node in beam.lineage}
+        return prompt_tokens + sum(own.get(node, 0) for node in nodes)
 
     def prompt_ids(self, problem: str, problem_key: str = "problem") -> list[int]:
         """The generator prompt of a problem, checked to fit the context.

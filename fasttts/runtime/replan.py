@@ -5,7 +5,9 @@ The roofline planner (`fasttts.runtime.memory_planner`) sizes the KV split and t
 for one workload: N beams of about S tokens. Both change between requests: a request asks for
 another n, and the paths' real lengths differ from the first guess (256 + max_tokens / 2).
 `Replanner` keeps the plan in force and, before each request, plans for that request's n and
-the mean path length measured over the last `window` requests:
+the mean path length measured over the last `window` requests, and for the search tree size W
+measured on the last requests of the same search shape (method, n, beam_width, granularity;
+else the planner's estimate):
 
 - the batch caps (B_pre: the verifier batch, B_dec: the generator's running sequences) change
   whenever the new plan's differ; that costs nothing (vLLM's scheduler admission limit
@@ -15,9 +17,9 @@ the mean path length measured over the last `window` requests:
   within the current split are used (`plan_within`). Resizing rebuilds real engines (seconds
   to minutes) and empties their prefix caches, so small moves are not worth it.
 
-Why a threshold on the split and not on the predicted gain: T_tot prices each verifier pass at
-S tokens per path, but with prefix caching a verifier cache that holds the paths of the last
-iteration prefills only their new step. A split kept because T_tot predicted < 5 % loss (a
+Why a threshold on the split and not on the predicted gain: a resize costs what T_tot does not
+see (real engines are rebuilt, and both prefix caches start empty), and the prediction has
+been wrong before: before T_tot had its prefix-reuse term, a split kept as "within 5 %" (a
 512 MiB verifier cache at n = 64, 1.5B + 7B, 3 GiB) ran 1.22x slower on the simulator than
 the re-split plan (`benchmarks/replan.py`).
 """
@@ -87,13 +89,32 @@ class Replanner:
         self.generator_kv_bytes, self.verifier_kv_bytes = generator_kv_bytes, verifier_kv_bytes
         self.min_shift = min_shift
         self._lengths: deque[float] = deque(maxlen=window)
+        self._trees: dict[tuple, deque[float]] = {}
+        self._window = window
         self.num_replans = self.num_resplits = 0
 
-    def observe(self, prompt_tokens: int, path_tokens: list[int]) -> None:
+    @staticmethod
+    def _shape(search) -> tuple:
+        return (search.method, search.n, search.beam_width, search.granularity)
+
+    def observe(self, prompt_tokens: int, path_tokens: list[int], tree_tokens: int = 0,
+                search=None) -> None:
         """Record one finished request: its prompt length and the generated length of each
-        returned path (tokens). A request that returned no path is ignored."""
-        if path_tokens:
-            self._lengths.append(prompt_tokens + statistics.fmean(path_tokens))
+        returned path (tokens), and the size of its largest search tree (`tree_tokens`,
+        `SearchResult.tree_tokens`) under `search` (its SearchConfig). A request that
+        returned no path is ignored."""
+        if not path_tokens:
+            return
+        self._lengths.append(prompt_tokens + statistics.fmean(path_tokens))
+        if tree_tokens and search is not None:
+            trees = self._trees.setdefault(self._shape(search), deque(maxlen=self._window))
+            trees.append(tree_tokens / search.n)
+
+    def measured_tree_len(self, search) -> int | None:
+        """Mean measured tree size per path (tokens) of requests with the same method, n,
+        beam_width and granularity as `search`; None before any (the planner estimates it)."""
+        trees = self._trees.get(self._shape(search))
+        return max(1, round(statistics.fmean(trees))) if trees else None
 
     @property
     def measured_len(self) -> int | None:
@@ -109,10 +130,12 @@ class Replanner:
             fasttts.runtime.memory_planner.PlanError: the workload does not fit the budget.
         """
         seq_len = None if cfg.runtime.plan_seq_len else self.measured_len
-        inp = plan_input(cfg, self.budget, self.generator, self.verifier, self.hardware, seq_len)
+        tree_len = self.measured_tree_len(cfg.search)
+        inp = plan_input(cfg, self.budget, self.generator, self.verifier, self.hardware, seq_len,
+                         tree_len=tree_len)
         best, ver_kv = plan_for_run(cfg, self.budget, self.generator, self.verifier,
                                     self.hardware, self.allow_offload, self.verifier_min_tokens,
-                                    seq_len, self.generator_min_tokens)
+                                    seq_len, self.generator_min_tokens, tree_len)
         gen_kv = self.budget if best.offload else self.budget - ver_kv
         shift = abs(ver_kv - self.verifier_kv_bytes) / self.budget
         kept = None
