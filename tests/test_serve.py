@@ -357,3 +357,35 @@ def test_verifier_calls_that_wait_for_the_device_are_batched():
         ["a", "aa", "bb", "bbbb", "ccc", "cccccc"])
     assert out == {"a": [[1.0], [2.0]], "bb": [[2.0], [4.0]], "ccc": [[3.0], [6.0]]}
     assert ver.num_calls == 1 and ver.num_merged == 2
+
+
+def test_the_planner_sets_the_caps_for_the_requests_searching_now():
+    from fasttts.config import RuntimeConfig, SearchConfig
+
+    cfg = _cfg().model_copy(update={"runtime": RuntimeConfig(memory_planner=True)})
+    st = build_state(cfg, ServerLimits(), max_active=2)
+    try:
+        rp = st.scheduler.replanner
+        split = (rp.generator_kv_bytes, rp.verifier_kv_bytes)
+        seen = []
+
+        def progress(iteration, kept):
+            seen.append((st.hub.engine.max_num_seqs, st.scheduler.verifier.inner.batch_size))
+
+        for n in (64, 8):
+            search = SearchConfig(method="beam_search", n=n, beam_width=4, max_tokens=256)
+            job = st.scheduler.submit(Job(PROBLEM, search, on_progress=progress))
+            job.future.result(timeout=120)
+            # the caps the search ran under are the planner's for this n, within the split
+            # the server started with
+            assert seen[-1] == (rp.plan.b_dec, rp.plan.b_pre)
+            assert rp.plan.kind == "fixed" and rp.plan.b_dec <= n
+            assert (rp.generator_kv_bytes, rp.verifier_kv_bytes) == split
+            if n == 64:
+                first = seen[-1]
+        assert first[0] > seen[-1][0]  # 64 beams get a larger decode batch than 8
+        assert rp.num_resplits == 0 and rp.measured_len is not None
+        assert _blocks(st) == 0
+    finally:
+        st.scheduler.close()
+        st.hub.close()

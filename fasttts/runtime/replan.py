@@ -121,14 +121,17 @@ class Replanner:
         """Mean path length (tokens, prompt included) over the window; None before any."""
         return round(statistics.fmean(self._lengths)) if self._lengths else None
 
-    def update(self, cfg) -> Replan | None:
+    def update(self, cfg, resplit: bool = True) -> Replan | None:
         """Plan for the next request (`cfg`: its RunConfig; N = cfg.search.n) and say what
         changes, or None when the caps and the split stay as they are. `runtime.plan_seq_len`,
-        when set, wins over the measured length.
+        when set, wins over the measured length. `resplit=False` keeps the split whatever the
+        optimum (a server changes only the caps while requests run).
 
         Raises:
             fasttts.runtime.memory_planner.PlanError: the workload does not fit the budget.
         """
+        if not resplit and self.plan.offload:
+            return None  # an offload plan's caps assume each model has all of M
         seq_len = None if cfg.runtime.plan_seq_len else self.measured_len
         tree_len = self.measured_tree_len(cfg.search)
         inp = plan_input(cfg, self.budget, self.generator, self.verifier, self.hardware, seq_len,
@@ -139,8 +142,11 @@ class Replanner:
         gen_kv = self.budget if best.offload else self.budget - ver_kv
         shift = abs(ver_kv - self.verifier_kv_bytes) / self.budget
         kept = None
-        if not best.offload and not self.plan.offload and shift <= self.min_shift:
+        if not resplit or (not best.offload and not self.plan.offload
+                           and shift <= self.min_shift):
             kept = plan_within(inp, self.generator_kv_bytes, self.verifier_kv_bytes)
+            if kept is None and not resplit:
+                return None
         if kept is not None:
             if (kept.b_pre, kept.b_dec) == (self.plan.b_pre, self.plan.b_dec):
                 return None

@@ -35,6 +35,7 @@ def build_state(cfg: RunConfig, limits: ServerLimits, api_key: str | None = None
     from fasttts.serve.scheduler import LockedVerifier, Scheduler
 
     device = threading.Lock()  # one device: no generator step during a verifier call
+    replanner, slots = None, None
 
     if cfg.backend == "sim":
         from fasttts.backends.sim import build_sim
@@ -42,6 +43,10 @@ def build_state(cfg: RunConfig, limits: ServerLimits, api_key: str | None = None
         gen, ver = build_sim(cfg)
         verifier = LockedVerifier(ver, device)
         first = [gen]
+        if cfg.runtime.memory_planner:
+            from fasttts.runtime.replan import sim_replanner
+
+            replanner = sim_replanner(cfg, gen, ver)
 
         def build():
             if first:
@@ -55,9 +60,12 @@ def build_state(cfg: RunConfig, limits: ServerLimits, api_key: str | None = None
         from fasttts.verifiers import build_verifier
 
         if cfg.runtime.memory_planner:
-            from fasttts.runtime.memory_planner import plan_real_engines
+            from fasttts.runtime.memory_planner import engine_slots, plan_real_engines
+            from fasttts.runtime.replan import real_replanner
 
-            cfg, _ = plan_real_engines(cfg, _planner_hardware(cfg))
+            cfg, plan = plan_real_engines(cfg, _planner_hardware(cfg))
+            replanner = real_replanner(cfg, _planner_hardware(cfg), plan)
+            slots = engine_slots(cfg.generator)
         verifier = LockedVerifier(build_verifier(cfg.verifier), device)
 
         def build():
@@ -68,6 +76,14 @@ def build_state(cfg: RunConfig, limits: ServerLimits, api_key: str | None = None
         verifier.close()
         raise
 
+    def apply_plan(plan) -> None:
+        """The plan's caps on the engines, between two engine steps (a restarted engine
+        gets them at the next change)."""
+        with hub.device_lock, hub.cv:
+            hub.engine.set_max_running(plan.b_dec if slots is None else min(plan.b_dec, slots))
+            verifier.inner.set_batch_size(plan.b_pre)
+
     scheduler = Scheduler(hub, verifier, cfg.runtime, max_active=max_active,
-                          max_queue=max_queue, request_timeout_s=request_timeout_s)
+                          max_queue=max_queue, request_timeout_s=request_timeout_s,
+                          replanner=replanner, config=cfg, apply_plan=apply_plan)
     return ServerState(hub=hub, scheduler=scheduler, limits=limits, api_key=api_key)

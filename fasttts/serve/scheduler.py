@@ -11,6 +11,13 @@ branches of all running requests together; the verifier is shared under a lock.
 
 A request runs at most `request_timeout_s`; past it, it is cancelled (its sequences aborted,
 its blocks freed). The queue is bounded (`max_queue`; more requests are refused).
+
+With the memory planner on (FastTTS section 4.3.1, re-planned "upon system state changes"),
+the batch caps follow the requests searching now: when one starts or ends, the planner plans
+for N = the sum of their n (the other workload terms from the one with the largest n, with the
+path lengths and search trees measured on finished requests) and B_dec / B_pre are set between
+two engine steps. The KV split stays as the server started: resizing would rebuild the engines
+under running requests.
 """
 
 from __future__ import annotations
@@ -132,11 +139,18 @@ class Scheduler:
         max_active: most requests searching at once.
         max_queue: most requests waiting; more are refused with QueueFull.
         request_timeout_s: most seconds a request may search (None = no limit).
+        replanner: the memory planner's `Replanner` (None = caps fixed at start).
+        config: the server's RunConfig (the replanner's workload is built from it).
+        apply_plan: sets a plan's caps on the engines (called with the replanner's plan).
     """
 
     def __init__(self, hub: EngineHub, verifier: LockedVerifier, runtime: RuntimeConfig,
                  max_active: int = 4, max_queue: int = 64,
-                 request_timeout_s: float | None = None):
+                 request_timeout_s: float | None = None, replanner=None, config=None,
+                 apply_plan: Callable | None = None):
+        self.replanner, self.config, self.apply_plan = replanner, config, apply_plan
+        self._replan_lock = threading.Lock()
+        self._planned_for: tuple = ()
         self.hub = hub
         self.verifier = verifier
         self.runtime = runtime
@@ -211,9 +225,38 @@ class Scheduler:
         with self.hub.cv:
             return self.hub.engine.num_waiting()
 
+    def _replan(self, finished: Job | None = None, result=None) -> None:
+        """Record a finished request's lengths and re-plan the caps for the requests
+        searching now, when they changed (module docstring)."""
+        if self.replanner is None:
+            return
+        from fasttts.runtime.memory_planner import PlanError
+        from fasttts.search import SearchConfigError
+
+        with self._replan_lock:
+            if result is not None:
+                self.replanner.observe(result.prompt_tokens,
+                                       [len(b.token_ids) for b in result.completions],
+                                       result.tree_tokens, finished.search)
+            with self._lock:
+                searches = {j.id: j.search for j in self._active.values()}
+            if not searches or tuple(sorted(searches)) == self._planned_for:
+                return
+            self._planned_for = tuple(sorted(searches))
+            big = max(searches.values(), key=lambda s: s.n)
+            total = -(-sum(s.n for s in searches.values()) // big.beam_width) * big.beam_width
+            cfg = self.config.model_copy(
+                update={"search": big.model_copy(update={"n": total})})
+            try:
+                self.replanner.update(cfg, resplit=False)
+            except (PlanError, SearchConfigError):
+                return  # the caps in force stay
+            self.apply_plan(self.replanner.plan)  # also to an engine restarted meanwhile
+
     def _work(self, job: Job) -> None:
         result, error = None, None
         try:
+            self._replan()
             if job.future.set_running_or_notify_cancel():  # else cancelled while queued
                 runner = SearchRunner(job.view, self.verifier, job.search, job.agg_strategy,
                                       self.runtime, on_select=job.on_progress)
@@ -226,6 +269,7 @@ class Scheduler:
             with self._lock:
                 self._active.pop(job.id, None)
                 self.num_finished += 1
+        self._replan(job, result)
         if not job.future.cancelled():
             if error is not None:
                 job.future.set_exception(error)
