@@ -292,3 +292,16 @@ def test_without_reuse_the_leftover_goes_to_the_generator():
     assert plan.t_recompute == 0
     assert plan.verifier_kv_bytes == plan.b_pre * inp.kv_ver
     assert plan.generator_kv_bytes == inp.memory_bytes - plan.verifier_kv_bytes
+
+
+def test_offload_pays_its_transfers_every_iteration():
+    # 1.5B + 7B, n = 512, 4.23 GiB: each model alone with all of M would keep more of its
+    # search tree, but moving 4 M per iteration over 16 iterations (11.6 s) costs more than
+    # the recomputation it saves, so the coupled plan wins
+    inp = _reuse_inp(int(4.23 * GiB), 512)
+    plan = plan_memory(inp)
+    assert not plan.offload
+    from fasttts.runtime.memory_planner import _offload
+    off = _offload(inp)
+    assert off.t_offload == pytest.approx(16 * 4 * inp.memory_bytes / 25e9)
+    assert off.t_total > plan.t_total

@@ -18,7 +18,7 @@ Offloading (section 4.3.2). When M is very small, the inactive model's KV cache 
 to host memory between phases, so each model alone may use all of M:
 B_pre <= M / KVBytes_ver(1, S), B_dec <= M / KVBytes_gen(1, S_dec); this costs moving up to M
 bytes out and M bytes in at each of the two phase switches of an iteration, 4 M / host
-bandwidth. The planner picks whichever of the coupled and the offload plan is faster. Devices
+bandwidth per iteration (times D, the iterations, with the reuse term below). The planner picks whichever of the coupled and the offload plan is faster. Devices
 whose memory is host memory (CPUs) have no host link: offloading does not apply there.
 
 Prefix reuse across iterations (an extension of T_tot; `PlanInput.iterations` > 1). T_tot
@@ -390,7 +390,7 @@ def _offload(inp: PlanInput) -> MemoryPlan | None:
     b_dec = gen.cap(m, inp.num_requests)
     if bw is None or b_pre < 1 or b_dec < 1:
         return None
-    return _plan(inp, b_pre, b_dec, "offload", m, m, 4 * m / bw)
+    return _plan(inp, b_pre, b_dec, "offload", m, m, inp.iterations * 4 * m / bw)
 
 
 def plan_memory(inp: PlanInput, allow_offload: bool = True) -> MemoryPlan:
