@@ -88,7 +88,8 @@ def _add_run_options(p: argparse.ArgumentParser, search: bool = True) -> None:
                         "(default: the parametric model)")
     f = p.add_argument_group("FastTTS techniques (default: all off, the search-and-learn baseline)")
     for flag, help_ in (
-        ("--fasttts", "turn on the validated FastTTS techniques (SBE + LookAhead)"),
+        ("--fasttts", "turn on the FastTTS techniques (SBE + LookAhead, prefix-aware "
+                      "scheduling, memory planner)"),
         ("--baseline", "turn every FastTTS technique off (the default)"),
         ("--spec-beam-extension", "Speculative Beam Extension, two-phase preemptible scheduling"),
         ("--lookahead-verification", "LookAhead Verification (needs --spec-beam-extension)"),
@@ -170,8 +171,8 @@ def _run_config(args: argparse.Namespace):
     runtime = RuntimeConfig(
         spec_beam_extension=on or args.spec_beam_extension,
         lookahead_verification=on or args.lookahead_verification,
-        prefix_aware_scheduling=args.prefix_aware_scheduling,
-        memory_planner=args.memory_planner,
+        prefix_aware_scheduling=on or args.prefix_aware_scheduling,
+        memory_planner=on or args.memory_planner,
         offload=args.offload,
         spec_truncation_ratio=args.spec_truncation_ratio)
     return RunConfig(

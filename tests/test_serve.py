@@ -312,13 +312,36 @@ def test_a_new_request_stops_running_speculation():
         while not speculative() and time.monotonic() < deadline:
             time.sleep(0.0005)
         assert speculative(), "speculation never started"
-        step_at_arrival = st.hub.num_steps
+        # the new request arrives when it is admitted (the scheduler may hold it back while
+        # the engine has waiting sequences): count engine steps from that moment
+        admitted_at = []
+        view = st.hub.view
+
+        def admit_view(request_id):
+            with st.hub.cv:  # no engine step between the admission and the count
+                v = view(request_id)
+                admitted_at.append(st.hub.num_steps)
+                return v
+
+        st.hub.view = admit_view
+        # ... to the step at which request a aborts its speculative sequences
+        aborted_at = []
+        abort = a.view.abort
+
+        def record_abort(seq_ids):
+            with st.hub.cv:
+                if any("/spec" in s for s in seq_ids) and not aborted_at:
+                    aborted_at.append(st.hub.num_steps)
+                abort(seq_ids)
+
+        a.view.abort = record_abort
         b = st.scheduler.submit(Job(PROBLEM, SearchConfig(method="self_consistency", n=8,
                                                           max_tokens=256)))
         deadline = time.monotonic() + 60
         while speculative() and time.monotonic() < deadline:
             time.sleep(0.0005)
-        assert st.hub.num_steps - step_at_arrival <= 2
+        assert not speculative()
+        assert admitted_at and aborted_at and aborted_at[0] - admitted_at[0] <= 2
         ra, rb = a.future.result(timeout=120), b.future.result(timeout=120)
         assert ra.spec["preempted_phases"] >= 1 and rb.completions
     finally:

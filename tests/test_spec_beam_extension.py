@@ -168,7 +168,7 @@ def test_cli_technique_flags(tmp_path, capsys):
     assert main(args + ["--fasttts", "--output-dir", str(tmp_path / "f")]) == 0
     cfg = json.loads((tmp_path / "f" / "config.json").read_text())["config"]["runtime"]
     assert cfg["spec_beam_extension"] and cfg["lookahead_verification"]
-    assert not cfg["prefix_aware_scheduling"] and not cfg["memory_planner"]
+    assert cfg["prefix_aware_scheduling"] and cfg["memory_planner"] and not cfg["offload"]
     rec = json.loads((tmp_path / "f" / "results.jsonl").read_text().splitlines()[0])
     assert rec["spec"]["branches"] > 0 and rec["batch_occupancy"] > 0
     assert "generation batch occupancy" in capsys.readouterr().out

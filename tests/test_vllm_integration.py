@@ -190,9 +190,11 @@ def test_decode_cap_set_between_requests_limits_running_sequences(generator):
 
 
 def test_fasttts_replans_real_engines_between_problems():
-    # n = 2 then n = 16 at 64 MiB + 64 MiB on the CPU roofline: the plan for 16 beams gives the
-    # verifier 33 MiB instead of its 25 MiB floor, so with replan_min_shift 0 both engines are
-    # rebuilt with the new split, and the caps follow (B_pre = B_dec = 16)
+    # beam search n = 2 then best-of-N n = 16 at 64 MiB + 64 MiB on the CPU roofline: beam
+    # search's plan shares the memory its search trees leave in proportion to them (64 / 64
+    # MiB: the same model); best-of-N runs one pass, so the verifier gets just its 16
+    # sequences (49.9 MiB) and the generator the rest. With replan_min_shift 0 both engines
+    # are rebuilt with the new split, and the caps follow (B_pre = B_dec = 16)
     from fasttts.api import FastTTS
     from fasttts.config import RunConfig
 
@@ -208,10 +210,12 @@ def test_fasttts_replans_real_engines_between_problems():
         first = tts.generator
         tts.solve(PROBLEM.problem, PROBLEM.id)
         assert tts.replans == []
+        assert tts.config.verifier.engine.kv_cache_memory_bytes == 64 * MiB
         result = tts.solve(PROBLEM.problem, PROBLEM.id,
-                           search=cfg.search.model_copy(update={"n": 16}))
+                           search=cfg.search.model_copy(update={"n": 16, "method": "best_of_n"}))
         change = tts.replans[-1]
         assert change.resplit and (change.plan.b_pre, change.plan.b_dec) == (16, 16)
+        assert change.verifier_kv_bytes < 64 * MiB < change.generator_kv_bytes
         assert tts.generator is not first
         assert tts.config.generator.kv_cache_memory_bytes == change.generator_kv_bytes
         assert tts.config.verifier.engine.kv_cache_memory_bytes == change.verifier_kv_bytes

@@ -264,7 +264,8 @@ def _split_left(ver: _Model, gen: _Model):
     recompute time per byte (R / W; ties to the generator), each up to its tree, and what
     remains in proportion to the two trees (headroom against an underestimated W); without a
     reuse term all of it goes to the generator (the paper's tie rule)."""
-    order = [k for k in sorted((0, 1), key=lambda k: (-(ver, gen)[k].full / (ver, gen)[k].tree, k))
+    order = [k for k in sorted((0, 1), key=lambda k: (-(ver, gen)[k].full / (ver, gen)[k].tree,
+                                                      k == 0))
              if (ver, gen)[k].full]
     trees = (ver.tree, gen.tree)
 
@@ -514,7 +515,9 @@ def real_model_specs(cfg) -> tuple[ModelSpec, ModelSpec]:
         spec = find_model_spec(model)
         if spec is None:
             raise PlanError(f"the memory planner has no model spec for {model!r}; add a JSON "
-                            f"spec to fasttts/backends/sim/specs/models/ or turn the planner off")
+                            f"spec to fasttts/backends/sim/specs/models/ or turn the planner off "
+                            f"(--fasttts turns it on: give --spec-beam-extension "
+                            f"--lookahead-verification --prefix-aware-scheduling instead)")
         specs.append(spec)
     return specs[0], specs[1]
 
