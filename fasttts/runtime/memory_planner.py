@@ -410,11 +410,13 @@ def plan_memory(inp: PlanInput, allow_offload: bool = True) -> MemoryPlan:
     if not plans:
         why = (" and offloading does not apply (the device has no host link)"
                if allow_offload and inp.hardware.host_bandwidth is None else "")
+        shared = (f", each with its shared prefix split {inp.share} ways"
+                  if inp.shared_len and inp.share > 1 else "")
         raise PlanError(
             f"a KV budget of {inp.memory_bytes / 2**20:.1f} MiB cannot hold one verifier sequence "
             f"of {inp.verifier_len} tokens ({inp.kv_ver / 2**20:.1f} MiB) plus one generator "
-            f"sequence of {inp.decode_len} tokens ({inp.kv_gen / 2**20:.1f} MiB){why}; give "
-            f"more memory or shorter sequences")
+            f"sequence of {inp.decode_len} tokens ({inp.kv_gen / 2**20:.1f} MiB){shared}{why}; "
+            f"give more memory or shorter sequences")
     return min(plans, key=lambda p: (p.t_total, -p.b_dec))
 
 
