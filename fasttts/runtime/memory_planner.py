@@ -18,8 +18,9 @@ Offloading (section 4.3.2). When M is very small, the inactive model's KV cache 
 to host memory between phases, so each model alone may use all of M:
 B_pre <= M / KVBytes_ver(1, S), B_dec <= M / KVBytes_gen(1, S_dec); this costs moving up to M
 bytes out and M bytes in at each of the two phase switches of an iteration, 4 M / host
-bandwidth per iteration (times D, the iterations, with the reuse term below). The planner picks whichever of the coupled and the offload plan is faster. Devices
-whose memory is host memory (CPUs) have no host link: offloading does not apply there.
+bandwidth per iteration (times D, the iterations, with the reuse term below). The planner
+picks whichever of the coupled and the offload plan is faster. Devices whose memory is host
+memory (CPUs) have no host link: offloading does not apply there.
 
 Prefix reuse across iterations (an extension of T_tot; `PlanInput.iterations` > 1). T_tot
 charges each path's S tokens once to the verifier, as if every iteration found the previous
@@ -208,7 +209,7 @@ class MemoryPlan:
     t_recompute: float = 0.0
 
     def throughput(self, inp: PlanInput) -> float:
-        """Predicted generated tokens per second of the iteration (N * S_dec / T_tot)."""
+        """Predicted generated tokens per second of the search (N * S_dec / T_tot)."""
         return inp.num_requests * inp.decode_len / self.t_total
 
 
@@ -235,10 +236,9 @@ class _Model:
                                   StepShape.uniform(1, length, 0, logits=False)) / length
             self.full = tokens * per_token
 
-    def need(self, batch: int, floor: bool = True) -> int:
+    def need(self, batch: int) -> int:
         """Bytes a batch of `batch` sequences holds (the tree at most), at least the floor."""
-        held = min(batch * self.per_seq, self.tree)
-        return max(held, self.floor) if floor else held
+        return max(min(batch * self.per_seq, self.tree), self.floor)
 
     def recompute(self, cache: int) -> float:
         """(1 - h) * R for a KV cache of `cache` bytes (s)."""
