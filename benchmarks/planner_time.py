@@ -15,6 +15,7 @@ import statistics
 import time
 
 from fasttts.backends.sim.specs import load_hardware, load_model
+from fasttts.config import SearchConfig
 from fasttts.runtime.memory_planner import PlanInput, plan_memory, search_shape
 
 
@@ -29,8 +30,9 @@ def main() -> None:
     print("| n | T_tot | median ms per call | B_pre | B_dec | verifier KV GiB |")
     print("|---|---|---|---|---|---|")
     for n in (int(x) for x in args.ns.split(",")):
+        beam = SearchConfig(method="beam_search", n=n, beam_width=4)
         for label, shape in (("paper (one pass)", {}),
-                             ("with reuse (beam search)", search_shape("beam_search", n, 4, 1024))):
+                             ("with reuse (beam search)", search_shape(beam, 1024))):
             inp = PlanInput(memory_bytes=int(args.kv_budget_gib * (1 << 30)), generator=gen,
                             verifier=ver, hardware=hw, num_requests=n, verifier_len=1024,
                             decode_len=1024, **shape)

@@ -115,9 +115,7 @@ class FastTTS:
         runner = self.runner if search is None else self._runner(search)
         result = runner.run(problem, problem_id)
         if self.replanner is not None:
-            self.replanner.observe(result.prompt_tokens,
-                                   [len(b.token_ids) for b in result.completions],
-                                   result.tree_tokens, runner.cfg)
+            self.replanner.observe_result(result, runner.cfg)
         return result
 
     def _replan(self, cfg: RunConfig) -> None:

@@ -331,7 +331,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from fasttts.backends.sim.specs import load_hardware, load_model
     from fasttts.config import SearchConfig, SimConfig
     from fasttts.runtime.memory_planner import PlanInput, plan_memory, search_shape, static_plan
-    from fasttts.search import make_strategy
 
     hw = load_hardware(args.hardware)
     gen, ver = load_model(args.generator), load_model(args.verifier)
@@ -342,9 +341,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         split = static_split(hw, gen, ver, sim)
         budget = split.generator_kv + split.verifier_kv
     search = SearchConfig(method=args.method, n=args.n, beam_width=args.beam_width)
-    shape = search_shape(args.method, args.n, args.beam_width,
-                         min(args.verifier_len, args.decode_len),
-                         single_pass=make_strategy(search).num_iterations == 1)
+    shape = search_shape(search, min(args.verifier_len, args.decode_len))
     inp = PlanInput(memory_bytes=budget, generator=gen, verifier=ver, hardware=hw,
                     num_requests=args.n, verifier_len=args.verifier_len,
                     decode_len=args.decode_len, cache_len=args.cache_len, **shape)

@@ -186,12 +186,14 @@ def reuse_time(inp, ver_bytes, gen_bytes):
 
 
 def _reuse_inp(mem, n, method="beam_search", beam_width=4, s=1024, **extra):
+    from fasttts.config import SearchConfig
     from fasttts.runtime.memory_planner import search_shape
 
     return PlanInput(memory_bytes=mem, generator=load_model("qwen2.5-math-1.5b"),
                      verifier=load_model("math-shepherd-7b"), hardware=load_hardware("rtx4090"),
                      num_requests=n, verifier_len=s, decode_len=s,
-                     **search_shape(method, n, beam_width, s), **extra)
+                     **search_shape(SearchConfig(method=method, n=n, beam_width=beam_width), s),
+                     **extra)
 
 
 def _brute_force_reuse(inp):
@@ -235,13 +237,16 @@ def test_reuse_planner_equals_brute_force(mem_gib, n, method):
 
 
 def test_tree_size_and_recompute_by_hand():
+    from fasttts.config import SearchConfig
     from fasttts.runtime.memory_planner import search_shape
 
     def inp(method, **kw):
         return PlanInput(memory_bytes=GiB, generator=load_model("qwen2.5-math-1.5b"),
                          verifier=load_model("math-shepherd-7b"),
                          hardware=load_hardware("rtx4090"), num_requests=16, verifier_len=256,
-                         decode_len=256, **{**search_shape(method, 16, 4, 256), **kw})
+                         decode_len=256,
+                         **{**search_shape(SearchConfig(method=method, n=16, beam_width=4), 256),
+                            **kw})
 
     beam = inp("beam_search")
     assert (beam.iterations, beam.step_len, beam.share, beam.lineages) == (4, 64, 4, 1)

@@ -420,10 +420,10 @@ def plan_memory(inp: PlanInput, allow_offload: bool = True) -> MemoryPlan:
     return min(plans, key=lambda p: (p.t_total, -p.b_dec))
 
 
-def search_shape(method: str, n: int, beam_width: int, seq_len: int,
-                 single_pass: bool = False, granularity: int = 1) -> dict:
-    """The prefix-sharing fields of `PlanInput` for a search method (shared_len, share,
-    iterations, step_len, lineages).
+def search_shape(search, seq_len: int) -> dict:
+    """The prefix-sharing fields of `PlanInput` (shared_len, share, iterations, step_len,
+    lineages) for a search configuration (`search`: a SearchConfig) on paths of `seq_len`
+    tokens.
 
     A step adds `PLAN_STEP_LEN` tokens (`granularity` steps per iteration for VG-search). Tree
     methods share all but the newest step with the beam_width children of one parent. DVTS
@@ -435,10 +435,17 @@ def search_shape(method: str, n: int, beam_width: int, seq_len: int,
     independent (lineages n, nothing shared). A method that generates each path in one pass
     (best-of-N, self-consistency) runs one iteration. Measured trees
     (`SearchResult.tree_tokens`) replace the estimate when re-planning (`PlanInput.tree_len`).
+
+    Raises:
+        fasttts.search.SearchConfigError: the search configuration is invalid.
     """
+    from fasttts.search import make_strategy
+
+    method, n, beam_width = search.method, search.n, search.beam_width
+    single_pass = make_strategy(search).num_iterations == 1
     tree = method in TREE_METHODS
     share = min(beam_width, n) if tree else 1
-    step = PLAN_STEP_LEN * (granularity if method == "vg_search" else 1)
+    step = PLAN_STEP_LEN * (search.granularity if method == "vg_search" else 1)
     if method == "dvts":
         lineages = max(1, n // share)
     elif tree:
@@ -466,16 +473,11 @@ def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
         ValueError: a size below 1 (see `PlanInput`).
         fasttts.search.SearchConfigError: the search configuration is invalid.
     """
-    from fasttts.search import make_strategy
-
     seq_len = min(seq_len or cfg.runtime.plan_seq_len or 256 + cfg.search.max_tokens // 2,
                   cfg.generator.max_model_len)
-    search = cfg.search
-    shape = search_shape(search.method, search.n, search.beam_width, seq_len,
-                         single_pass=make_strategy(search).num_iterations == 1,
-                         granularity=search.granularity)
+    shape = search_shape(cfg.search, seq_len)
     return PlanInput(memory_bytes=budget, generator=generator, verifier=verifier,
-                     hardware=hardware, num_requests=search.n, verifier_len=seq_len,
+                     hardware=hardware, num_requests=cfg.search.n, verifier_len=seq_len,
                      decode_len=seq_len, verifier_floor=verifier_floor,
                      generator_floor=generator_floor, tree_len=tree_len, **shape)
 

@@ -110,6 +110,12 @@ class Replanner:
             trees = self._trees.setdefault(self._shape(search), deque(maxlen=self._window))
             trees.append(tree_tokens / search.n)
 
+    def observe_result(self, result, search) -> None:
+        """`observe` a finished search: its `SearchResult` (prompt, returned paths, largest
+        tree) under `search` (its SearchConfig)."""
+        self.observe(result.prompt_tokens, [len(b.token_ids) for b in result.completions],
+                     result.tree_tokens, search)
+
     def measured_tree_len(self, search) -> int | None:
         """Mean measured tree size per path (tokens) of requests with the same method, n,
         beam_width and granularity as `search`; None before any (the planner estimates it)."""

@@ -235,9 +235,7 @@ class Scheduler:
 
         with self._replan_lock:
             if result is not None:
-                self.replanner.observe(result.prompt_tokens,
-                                       [len(b.token_ids) for b in result.completions],
-                                       result.tree_tokens, finished.search)
+                self.replanner.observe_result(result, finished.search)
             with self._lock:
                 searches = {j.id: j.search for j in self._active.values()}
             if not searches or tuple(sorted(searches)) == self._planned_for:
