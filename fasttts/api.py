@@ -86,7 +86,8 @@ class FastTTS:
 
             self.generator = VLLMGenerator(self.config.generator)
         if self.verifier is None:
-            self.verifier = build_verifier(self.config.verifier)
+            self.verifier = build_verifier(self.config.verifier,
+                                           self.config.runtime.incremental_verification)
 
     def _runner(self, search: SearchConfig) -> SearchRunner:
         return SearchRunner(self.generator, self.verifier, search,
@@ -135,7 +136,7 @@ class FastTTS:
                 from fasttts.backends.sim import resize_sim
 
                 resize_sim(self.generator, self.verifier, change.generator_kv_bytes,
-                           change.verifier_kv_bytes, plan.t_offload)
+                           change.verifier_kv_bytes, plan.t_offload_per_iteration)
             else:
                 self.config = apply_real_plan(self.config, plan, change.generator_kv_bytes,
                                               change.verifier_kv_bytes)

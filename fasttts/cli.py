@@ -89,13 +89,15 @@ def _add_run_options(p: argparse.ArgumentParser, search: bool = True) -> None:
     f = p.add_argument_group("FastTTS techniques (default: all off, the search-and-learn baseline)")
     for flag, help_ in (
         ("--fasttts", "turn on the FastTTS techniques (SBE + LookAhead, prefix-aware "
-                      "scheduling, memory planner)"),
+                      "scheduling, memory planner, incremental verification)"),
         ("--baseline", "turn every FastTTS technique off (the default)"),
         ("--spec-beam-extension", "Speculative Beam Extension, two-phase preemptible scheduling"),
         ("--lookahead-verification", "LookAhead Verification (needs --spec-beam-extension)"),
         ("--prefix-aware-scheduling", "submit beams grouped by parent in lineage order (4.2)"),
         ("--memory-planner", "roofline-guided KV split and batch caps (FastTTS 4.3)"),
         ("--offload", "let the memory planner offload the inactive model's KV cache"),
+        ("--incremental-verification", "score only each path's new step from the PRM's "
+                                       "prefix cache (off: whole paths, as search-and-learn)"),
     ):
         f.add_argument(flag, action="store_true", help=help_)
     f.add_argument("--spec-truncation-ratio", type=float, default=0.85, metavar="R",
@@ -166,7 +168,8 @@ def _run_config(args: argparse.Namespace):
         raise ValueError("--fasttts and --baseline contradict each other; give one")
     on = args.fasttts
     if args.baseline and (args.spec_beam_extension or args.lookahead_verification
-                          or args.prefix_aware_scheduling or args.memory_planner or args.offload):
+                          or args.prefix_aware_scheduling or args.memory_planner or args.offload
+                          or args.incremental_verification):
         raise ValueError("--baseline turns every technique off; drop it or the technique flags")
     runtime = RuntimeConfig(
         spec_beam_extension=on or args.spec_beam_extension,
@@ -174,6 +177,7 @@ def _run_config(args: argparse.Namespace):
         prefix_aware_scheduling=on or args.prefix_aware_scheduling,
         memory_planner=on or args.memory_planner,
         offload=args.offload,
+        incremental_verification=on or args.incremental_verification,
         spec_truncation_ratio=args.spec_truncation_ratio)
     return RunConfig(
         backend=args.backend,

@@ -171,6 +171,11 @@ class SimConfig(_Strict):
 class RuntimeConfig(_Strict):
     """Which FastTTS runtime techniques are on (one flag each; all off = the baseline).
 
+    All off is the baseline a user would run instead: search-and-learn on vLLM, i.e. the
+    generator with prefix caching (vLLM's default), the PRM re-scoring every path whole each
+    iteration (vLLM's STEP pooler reads no prefix cache), the static 0.5 / 0.5 KV split,
+    round-robin submission order and no speculation.
+
     Attributes:
         spec_beam_extension: Speculative Beam Extension with the two-phase preemptible
             scheduler (FastTTS section 4.1, `fasttts.runtime.spec_beam_extension`).
@@ -184,6 +189,10 @@ class RuntimeConfig(_Strict):
             `fasttts.runtime.memory_planner`) instead of the static split.
         offload: let the planner offload the inactive model's KV cache when that is faster
             (section 4.3.2); needs memory_planner.
+        incremental_verification: score only each path's new steps, one request cut after
+            the step's tag and read at its last token, so the PRM's prefix cache serves the
+            rest (`fasttts.verifiers.pooling`; exact, since every supported PRM is causal);
+            off = every scored path is prefilled whole, as search-and-learn does.
         plan_seq_len: the path length (tokens, prompt included) the planner sizes for; None =
             256 + max_tokens / 2 for the first request, then the mean measured path length of
             the last 8 requests.
@@ -201,6 +210,7 @@ class RuntimeConfig(_Strict):
     prefix_aware_scheduling: bool = False
     memory_planner: bool = False
     offload: bool = False
+    incremental_verification: bool = False
     plan_seq_len: int | None = Field(default=None, gt=0)
     replan_min_shift: float = Field(default=0.1, ge=0.0, le=1.0)
     spec_truncation_ratio: float = Field(default=0.85, ge=0.0, le=1.0)
@@ -216,11 +226,11 @@ class RuntimeConfig(_Strict):
 
     @classmethod
     def fasttts(cls, **overrides) -> RuntimeConfig:
-        """The validated FastTTS techniques turned on: speculative beam extension and
-        LookAhead Verification. Prefix-aware scheduling and the memory planner are not part of
-        it until their evaluation is complete (on the simulator at tight KV budgets they were
-        measured to slow runs down); turn them on with their own flags."""
-        return cls(**{"spec_beam_extension": True, "lookahead_verification": True, **overrides})
+        """Speculative beam extension, LookAhead Verification and incremental verification
+        turned on. Prefix-aware scheduling and the memory planner (which `--fasttts` adds
+        where the models have specs) are turned on with their own fields."""
+        return cls(**{"spec_beam_extension": True, "lookahead_verification": True,
+                      "incremental_verification": True, **overrides})
 
 
 class RunConfig(_Strict):

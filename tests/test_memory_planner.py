@@ -170,7 +170,8 @@ def test_real_plan_leaves_each_engine_one_max_length_sequence():
 def reuse_time(inp, ver_bytes, gen_bytes):
     """T_reuse written out from the module docstring: each model recomputes (1 - h) of the
     prefixes, h = min(1, cache / (W * KV bytes per token)), R = W_prefix * D / 2 tokens at the
-    per-token time of one S-token prefill."""
+    per-token time of one S-token prefill; a verifier that reads no prefix cache (whole-path
+    scoring) keeps nothing, h = 0."""
     from fasttts.backends.sim.roofline import StepShape, step_time
 
     if inp.iterations == 1:
@@ -181,6 +182,8 @@ def reuse_time(inp, ver_bytes, gen_bytes):
         per_token = step_time(model, inp.hardware, StepShape.uniform(
             1, inp.verifier_len, 0, logits=False)) / inp.verifier_len
         h = min(1.0, cache / (inp.tree_tokens * model.kv_bytes_per_token))
+        if model is inp.verifier and not inp.verifier_reuse:
+            h = 0.0
         total += (1 - h) * tokens * per_token
     return total
 

@@ -1,55 +1,40 @@
 """The hub PRM formats, exercised on small local models built from the embedded 0.5B model.
 
 Real PRM weights cannot be downloaded here, so each test builds a local checkpoint with the
-layout of the real PRM (same architecture name, same extra head tensors) from the embedded
-model's weights plus a head whose weights the test chooses. That exercises the real loading and
-scoring code paths (vLLM pooling runner with the STEP pooler; transformers + value head); it
-cannot show that the real PRMs score well.
+layout of the real PRM (same architecture name, same extra head tensors, the step tag as one
+token) from the embedded model's weights plus a head whose weights the test chooses
+(`fasttts.models.derived`). That exercises the real loading and scoring code paths (vLLM's
+pooling runner, whole-path with the STEP pooler and incremental from the prefix cache;
+transformers + value head); it cannot show that the real PRMs score well.
+
+Exactness tolerance: the engines run in bf16, whose 8-bit mantissa gives a relative precision
+of 2^-8 (0.4 %). An incremental request computes the new step's tokens against cached KV, a
+whole-path request computes them in one prefill: the same math in another order of bf16
+roundings, so hidden states at a tag differ by a few bf16 ulps and a class probability by up
+to about 0.01. `TOL` = 0.02 leaves twice that; rankings of clearly separated paths are
+unchanged (checked below).
 """
 
 from __future__ import annotations
-
-import json
-import shutil
 
 import pytest
 import torch
 from safetensors.torch import save_file
 
 from fasttts.config import DEFAULT_GENERATOR, EngineConfig
-from fasttts.models import prepare_model
+from fasttts.models.derived import derive_checkpoint, math_shepherd_checkpoint
 from fasttts.verifiers.base import ScoreRequest
 
 pytestmark = pytest.mark.integration
 MiB = 1 << 20
+TOL = 0.02
+HIDDEN = 896
 STEPS = ("Step 1: 48 / 2 = 24.\n\n", "Step 2: 48 + 24 = 72.\n\n", "So the answer is 72.")
 PROBLEM = "Natalia sold 48 clips in April and half as many in May. How many in total?"
-
-
-def derived_checkpoint(dest, config_update, extra_tensors, rename_tokens=None):
-    """A folder with the embedded model's weights (linked), an edited config, one more
-    safetensors file holding `extra_tensors`, and special tokens renamed as in
-    `rename_tokens` (old text -> new text, same id)."""
-    src = prepare_model(DEFAULT_GENERATOR)
-    dest.mkdir()
-    for f in src.iterdir():
-        if f.name == "model.safetensors":
-            (dest / f.name).symlink_to(f)
-        elif f.name != "config.json":
-            shutil.copy(f, dest / f.name)
-    cfg = json.loads((src / "config.json").read_text())
-    cfg.update(config_update)
-    (dest / "config.json").write_text(json.dumps(cfg))
-    save_file(extra_tensors, str(dest / "head.safetensors"))
-    if rename_tokens:
-        tok = json.loads((dest / "tokenizer.json").read_text())
-        for entry in tok["added_tokens"]:
-            entry["content"] = rename_tokens.get(entry["content"], entry["content"])
-        vocab = tok["model"]["vocab"]
-        for old, new in rename_tokens.items():
-            vocab[new] = vocab.pop(old)
-        (dest / "tokenizer.json").write_text(json.dumps(tok))
-    return cfg
+#: Twelve steps of 30-60 tokens: paths long enough to span several 32-token blocks.
+LONG = tuple(f"Step {k}: multiply {7 * k} by {k + 3} to get {7 * k * (k + 3)}, then subtract "
+             f"{k} and divide by {k + 1}, which leaves {(7 * k * (k + 3) - k) / (k + 1):.3f}."
+             + (" Check it again." * (k % 3)) + "\n\n" for k in range(1, 13))
 
 
 def check_scores(verifier):
@@ -60,33 +45,82 @@ def check_scores(verifier):
     return full
 
 
-def test_math_shepherd_format_on_vllm_pooling_runner():
+def compare_modes(make):
+    """Whole-path vs incremental scores of the same steps: the incremental verifier scores
+    each path one new step per call, as a search does (earlier scores kept, never re-scored);
+    returns (steps compared, worst absolute difference)."""
+    whole, inc = make(False), make(True)
+    try:
+        paths = [LONG, LONG[:6] + tuple(reversed(LONG[6:])), tuple(reversed(LONG))]
+        ref = whole.score([ScoreRequest(PROBLEM, p, 0) for p in paths])
+        got: list[list[float]] = [[] for _ in paths]
+        before = inc.cache_stats()
+        for k in range(len(LONG)):
+            for i, s in enumerate(inc.score([ScoreRequest(PROBLEM, p[: k + 1], k) for p in paths])):
+                got[i] += s
+        stats = inc.cache_stats().since(before)
+        worst = max(abs(a - b) for r, g in zip(ref, got) for a, b in zip(r, g))
+        assert worst <= TOL, worst
+        assert stats.prefix_cache_hit_rate > 0.5  # the prefix cache served the earlier steps
+        assert whole.cache_stats().prefix_cache_hits == 0  # STEP pooling reads no cache
+        # the ranking of the paths by their last step is the same in both modes
+        assert sorted(range(3), key=lambda i: ref[i][-1]) == sorted(range(3), key=lambda i: got[i][-1])
+        return sum(len(r) for r in ref), worst
+    finally:
+        whole.close()
+        inc.close()
+
+
+def _engine(folder, **kw) -> EngineConfig:
+    return EngineConfig(model=str(folder), kv_cache_memory_bytes=128 * MiB, max_model_len=1024,
+                        **kw)
+
+
+def test_math_shepherd_format_whole_path_and_incremental(tmp_path):
     from fasttts.verifiers.math_shepherd import MathShepherdVerifier
 
-    v = MathShepherdVerifier(EngineConfig(model=DEFAULT_GENERATOR, kv_cache_memory_bytes=128 * MiB,
-                                          max_model_len=1024))
+    folder = math_shepherd_checkpoint(tmp_path / "ms", DEFAULT_GENERATOR)
+    v = MathShepherdVerifier(_engine(folder))
     try:
         check_scores(v)
-        ids = v.prompt_ids(PROBLEM, STEPS)
-        assert ids.count(v.step_tag_id) == 3
+        ids, tags = v.path_ids(PROBLEM, STEPS)
+        assert ids.count(v.step_tag_id) == 3 and [ids[t] for t in tags] == [v.step_tag_id] * 3
     finally:
         v.close()
+    n, worst = compare_modes(lambda inc: MathShepherdVerifier(_engine(folder, block_size=32),
+                                                              incremental=inc))
+    print(f"math-shepherd format: {n} steps, worst |incremental - whole| = {worst:.2e}")
+
+
+def test_a_step_tag_of_two_tokens_is_refused():
+    from fasttts.verifiers.math_shepherd import MathShepherdVerifier
+    from fasttts.verifiers.pooling import StepTagError
+
+    # the embedded model's own tokenizer splits " ки" into two tokens
+    with pytest.raises(StepTagError, match=r"step tag ' ки' is 2 tokens"):
+        MathShepherdVerifier(_engine(DEFAULT_GENERATOR))
+
+
+def _qwen_prm(folder, head_seed=None):
+    g = torch.Generator().manual_seed(head_seed or 0)
+    if head_seed is None:
+        # ReLU(W1 h + b1) = 0 for W1 = 0, b1 = 0; logits = b2 = (0, ln 3) -> p(good) = 0.75
+        w1, w2 = torch.zeros(HIDDEN, HIDDEN), torch.zeros(2, HIDDEN)
+    else:
+        w1, w2 = torch.randn(HIDDEN, HIDDEN, generator=g) * 0.05, torch.randn(2, HIDDEN, generator=g)
+    derive_checkpoint(folder, DEFAULT_GENERATOR, {"architectures": ["Qwen2ForProcessRewardModel"]}, {
+        "score.0.weight": w1.to(torch.bfloat16),
+        "score.0.bias": torch.zeros(HIDDEN, dtype=torch.bfloat16),
+        "score.2.weight": w2.to(torch.bfloat16),
+        "score.2.bias": torch.tensor([0.0, 1.0986123], dtype=torch.bfloat16),
+    }, rename_tokens={"<|quad_end|>": "<extra_0>"})  # id 151651, as in Qwen2.5-Math-PRM
+    return folder
 
 
 def test_qwen_prm_format_with_a_chosen_head(tmp_path):
     from fasttts.verifiers.qwen_prm import QwenPRMVerifier
 
-    folder = tmp_path / "qwen-prm"
-    hidden = 896
-    # head: ReLU(W1 h + b1) = 0 for W1 = 0, b1 = 0; logits = b2 = (0, ln 3) -> p(good) = 0.75
-    derived_checkpoint(folder, {"architectures": ["Qwen2ForProcessRewardModel"]}, {
-        "score.0.weight": torch.zeros(hidden, hidden, dtype=torch.bfloat16),
-        "score.0.bias": torch.zeros(hidden, dtype=torch.bfloat16),
-        "score.2.weight": torch.zeros(2, hidden, dtype=torch.bfloat16),
-        "score.2.bias": torch.tensor([0.0, 1.0986123], dtype=torch.bfloat16),
-    }, rename_tokens={"<|quad_end|>": "<extra_0>"})  # id 151651, as in Qwen2.5-Math-PRM
-    v = QwenPRMVerifier(EngineConfig(model=str(folder), kv_cache_memory_bytes=128 * MiB,
-                                     max_model_len=1024))
+    v = QwenPRMVerifier(_engine(_qwen_prm(tmp_path / "qwen-prm")))
     try:
         assert v.step_tag_id == 151651
         scores = check_scores(v)
@@ -95,17 +129,54 @@ def test_qwen_prm_format_with_a_chosen_head(tmp_path):
         v.close()
 
 
+def test_qwen_prm_format_whole_path_and_incremental(tmp_path):
+    from fasttts.verifiers.qwen_prm import QwenPRMVerifier
+
+    folder = _qwen_prm(tmp_path / "qwen-prm", head_seed=1)
+    n, worst = compare_modes(lambda inc: QwenPRMVerifier(_engine(folder, block_size=32),
+                                                         incremental=inc))
+    print(f"qwen-prm format: {n} steps, worst |incremental - whole| = {worst:.2e}")
+
+
+def _skywork(folder, weight):
+    derive_checkpoint(folder, DEFAULT_GENERATOR, {}, {"v_head.summary.weight": weight,
+                                                      "v_head.summary.bias": torch.tensor([2.0])})
+    return folder
+
+
 def test_skywork_value_head_in_transformers(tmp_path):
     from fasttts.verifiers.skywork import SkyworkVerifier
 
-    folder = tmp_path / "skywork"
-    derived_checkpoint(folder, {}, {"v_head.summary.weight": torch.zeros(1, 896),
-                                    "v_head.summary.bias": torch.tensor([2.0])})
-    v = SkyworkVerifier(EngineConfig(model=str(folder)), batch_size=2)
+    v = SkyworkVerifier(EngineConfig(model=str(_skywork(tmp_path / "sk", torch.zeros(1, HIDDEN)))),
+                        batch_size=2)
     scores = check_scores(v)
     assert scores == pytest.approx([1 / (1 + torch.exp(torch.tensor(-2.0)).item())] * 3, abs=1e-4)
     ids, flags = v.prompt(PROBLEM, STEPS)
     assert [ids[p] for p in flags] == [v.step_token_id] * 3
+
+
+def test_skywork_incremental_reuses_past_key_values(tmp_path):
+    from fasttts.verifiers.skywork import SkyworkVerifier
+
+    weight = torch.randn(1, HIDDEN, generator=torch.Generator().manual_seed(2)) * 0.05
+    folder = _skywork(tmp_path / "sk", weight)
+    whole = SkyworkVerifier(EngineConfig(model=str(folder)), batch_size=3)
+    inc = SkyworkVerifier(EngineConfig(model=str(folder), kv_cache_memory_bytes=256 * MiB),
+                          incremental=True)
+    paths = [LONG[:8], LONG[:4] + LONG[8:12]]
+    ref = whole.score([ScoreRequest(PROBLEM, p, 0) for p in paths])
+    got = [[], []]
+    for k in range(8):
+        for i, s in enumerate(inc.score([ScoreRequest(PROBLEM, p[: k + 1], k) for p in paths])):
+            got[i] += s
+    worst = max(abs(a - b) for r, g in zip(ref, got) for a, b in zip(r, g))
+    print(f"skywork: 16 steps, worst |incremental - whole| = {worst:.2e}")
+    assert worst <= TOL
+    # every token computed once, the two paths' common 4-step prefix once for both: fewer
+    # tokens than one whole-path pass over the two (a search re-scores whole paths every step)
+    assert inc.tokens_computed < whole.tokens_computed
+    whole.close()
+    inc.close()
 
 
 def test_model_without_value_head_is_refused(tmp_path):

@@ -18,8 +18,11 @@ FLOOR_TOKENS = 4096  # the verifier's max_model_len: its cache holds one such se
 
 
 def _cfg(n, max_tokens=1536, **runtime):
+    """A planner config whose verifier reads its prefix cache (incremental verification), the
+    case where the reuse term prices both caches."""
     return RunConfig.model_validate({
-        "backend": "sim", "runtime": {"memory_planner": True, **runtime},
+        "backend": "sim",
+        "runtime": {"memory_planner": True, "incremental_verification": True, **runtime},
         "generator": {"model": "qwen2.5-math-1.5b"},
         "verifier": {"engine": {"model": "math-shepherd-7b"}},
         "search": {"method": "beam_search", "n": n, "beam_width": 4, "max_tokens": max_tokens},

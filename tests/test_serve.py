@@ -79,7 +79,11 @@ def test_completions_endpoint_and_sart(client):
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["object"] == "text_completion" and body["choices"][0]["text"]
-    assert body["tts"]["answer_rule"] == "best" and body["tts"]["search_stats"]["num_checks"] >= 0
+    stats = body["tts"]["search_stats"]
+    assert body["tts"]["answer_rule"] == "best" and body["tts"]["n"] == 8
+    # T = 32 tokens between checks: a path of more than 32 tokens passes at least one check
+    assert stats["num_checks"] >= 1 and 0 <= stats["num_pruned"] <= 7  # phase 2's cap N - 1
+    assert body["tts"]["answer"] in body["choices"][0]["text"]
 
 
 def test_streaming_sends_progress_then_the_answer(client):

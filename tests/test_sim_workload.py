@@ -1,5 +1,6 @@
 """The simulator's token streams, PRM scores, trace fitting and CPU calibration fit."""
 
+import itertools
 import json
 import statistics
 
@@ -121,3 +122,24 @@ def test_calibration_fit_recovers_a_known_spec():
     assert med < 0.01 and mx < 0.03
     with pytest.raises(ValueError, match="at least 5"):
         fit_hardware(model, steps[:3], "fit", 1, "x")
+
+
+def test_a_head_start_longer_than_the_own_step_ends_at_the_next_delimiter():
+    """A sibling's partial step inherited as a head start, longer than the step this seed would
+    write, is finished with the step's own ending: the stream's next tokens reach the
+    delimiter before any new step starts (before the fix, it emitted nothing and began the
+    next step with no delimiter, merging two steps)."""
+    w = Workload(answers={PROBLEM: "4"})
+    prompt = tok.encode_chat(build_messages(PROBLEM))
+    seed = 3
+    own_first = []
+    for t in w.stream(prompt, seed):
+        own_first.append(t)
+        if t == tok.encode("\n\n")[0]:
+            break
+    assert own_first[-1] == tok.encode("\n\n")[0]  # seed 3's first step is not the final one
+    inherited = [own_first[0]] + tok.encode(" word" * (len(own_first) + 8))
+    out = list(itertools.islice(w.stream(prompt + inherited, seed), 1))
+    assert out == tok.encode("\n\n")
+    text = tok.decode(inherited + list(itertools.islice(w.stream(prompt + inherited, seed), 200)))
+    assert all(s.count(ON_TRACK) + s.count("\u2717") == 1 for s in split_steps(text, "\n\n"))

@@ -12,12 +12,13 @@ import os
 import weakref
 from typing import Any
 
+from fasttts.backends.base import CacheStats
 from fasttts.config import EngineConfig
 from fasttts.models import ModelLoadError, resolve_model
 
-__all__ = ["build_engine", "configure_vllm_env", "engine_block_pool", "engine_block_size",
-           "engine_counters", "engine_scheduler", "min_kv_cache_tokens", "run_batch",
-           "shutdown_engine"]
+__all__ = ["build_engine", "configure_vllm_env", "count_prefix_cache", "engine_block_pool",
+           "engine_block_size", "engine_cache_stats", "engine_counters", "engine_scheduler",
+           "min_kv_cache_tokens", "run_batch", "shutdown_engine"]
 
 
 def configure_vllm_env(num_threads: int) -> None:
@@ -141,6 +142,42 @@ def engine_counters(engine) -> dict[str, float]:
     return out
 
 
+#: Per engine: [prompt tokens of requests admitted, of those found in the prefix cache].
+_PREFIX_COUNTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def count_prefix_cache(engine, prompt_tokens: int, cached_tokens: int) -> None:
+    """Add one request's prompt tokens and its prefix-cache hits (vLLM's `num_cached_tokens`
+    of its first output) to `engine`'s counters. vLLM's own counters live in the process-wide
+    Prometheus registry, where two engines of one model add up; these are the engine's own."""
+    counts = _PREFIX_COUNTS.setdefault(engine, [0, 0])
+    counts[0] += prompt_tokens
+    counts[1] += cached_tokens
+
+
+def engine_cache_stats(engine) -> CacheStats:
+    """The KV-cache state and cumulative prefix-cache counters (`count_prefix_cache`) of a vLLM
+    engine (blocks, tokens). Preemptions come from vLLM's process-wide counters (summed over
+    the process's engines); recomputed tokens are not reported (None)."""
+    pool = engine_block_pool(engine)
+    counters = engine_counters(engine)
+    block_size = engine.vllm_config.cache_config.block_size
+    if pool is not None:
+        total = pool.num_gpu_blocks - 1  # block 0 is vLLM's reserved null block
+        used = total - pool.get_num_free_blocks()
+    else:
+        total = engine.vllm_config.cache_config.num_gpu_blocks or 0
+        used = round(counters.get("vllm:kv_cache_usage_perc", 0.0) * total)
+    return CacheStats(
+        block_size=block_size,
+        num_blocks=total,
+        num_blocks_used=max(used, 0),
+        prefix_cache_queries=_PREFIX_COUNTS.get(engine, (0, 0))[0],
+        prefix_cache_hits=_PREFIX_COUNTS.get(engine, (0, 0))[1],
+        num_preemptions=int(counters.get("vllm:num_preemptions", 0)),
+    )
+
+
 def run_batch(engine, items: list[tuple[list[int], Any]], max_in_flight: int, tag: str) -> list:
     """Run prompts through `engine` to completion, at most `max_in_flight` at once.
 
@@ -178,6 +215,8 @@ def run_batch(engine, items: list[tuple[list[int], Any]], max_in_flight: int, ta
                 if out.finished and out.request_id in live:
                     live.discard(out.request_id)
                     results[int(out.request_id.rsplit("-", 1)[1])] = out
+                    count_prefix_cache(engine, len(out.prompt_token_ids or ()),
+                                       out.num_cached_tokens or 0)
     except BaseException:
         if live:
             engine.abort_request(sorted(live))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from fasttts.backends.base import CacheStats, GenerationParams, GeneratorBackend, SequenceUpdate
-from fasttts.backends.vllm_engine import (build_engine, engine_block_pool, engine_counters,
+from fasttts.backends.vllm_engine import (build_engine, count_prefix_cache, engine_cache_stats,
                                           engine_scheduler, shutdown_engine)
 from fasttts.config import EngineConfig
 
@@ -35,6 +35,7 @@ class VLLMGenerator(GeneratorBackend):
         sched = self.engine.vllm_config.scheduler_config
         self.max_num_seqs = sched.max_num_active_seqs or sched.max_num_seqs
         self._live: set[str] = set()
+        self._uncounted: dict[str, int] = {}  # prompt tokens of sequences with no output yet
 
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
         text = self.tokenizer.apply_chat_template(
@@ -75,6 +76,7 @@ class VLLMGenerator(GeneratorBackend):
             seq_id, TokensPrompt(prompt_token_ids=list(prompt_token_ids)), sp, priority=priority
         )
         self._live.add(seq_id)
+        self._uncounted[seq_id] = len(prompt_token_ids)
 
     def step(self) -> list[SequenceUpdate]:
         updates = []
@@ -82,6 +84,9 @@ class VLLMGenerator(GeneratorBackend):
             if out.request_id not in self._live:
                 continue
             comp = out.outputs[0]
+            prompt_len = self._uncounted.pop(out.request_id, None)
+            if prompt_len is not None:
+                count_prefix_cache(self.engine, prompt_len, out.num_cached_tokens or 0)
             reason = None
             if out.finished:
                 self._live.discard(out.request_id)
@@ -106,6 +111,8 @@ class VLLMGenerator(GeneratorBackend):
         if ids:
             self.engine.abort_request(ids)
             self._live.difference_update(ids)
+            for seq_id in ids:
+                self._uncounted.pop(seq_id, None)
 
     def num_unfinished(self) -> int:
         return len(self._live)
@@ -135,23 +142,7 @@ class VLLMGenerator(GeneratorBackend):
         self.max_num_seqs = max_running
 
     def cache_stats(self) -> CacheStats:
-        pool = engine_block_pool(self.engine)
-        counters = engine_counters(self.engine)
-        block_size = self.engine.vllm_config.cache_config.block_size
-        if pool is not None:
-            total = pool.num_gpu_blocks - 1  # block 0 is vLLM's reserved null block
-            used = total - pool.get_num_free_blocks()
-        else:
-            total = self.engine.vllm_config.cache_config.num_gpu_blocks or 0
-            used = round(counters.get("vllm:kv_cache_usage_perc", 0.0) * total)
-        return CacheStats(
-            block_size=block_size,
-            num_blocks=total,
-            num_blocks_used=max(used, 0),
-            prefix_cache_queries=int(counters.get("vllm:prefix_cache_queries", 0)),
-            prefix_cache_hits=int(counters.get("vllm:prefix_cache_hits", 0)),
-            num_preemptions=int(counters.get("vllm:num_preemptions", 0)),
-        )
+        return engine_cache_stats(self.engine)
 
     def now(self) -> float:
         return time.perf_counter()

@@ -86,7 +86,7 @@ def problem_record(result: SearchResult, gold: str | None, problem: str = "") ->
         correct = {k: is_equivalent(v, gold) for k, v in preds.items()}
         correct["pass@n"] = pass_at_n(answers, gold)
         correct["answer"] = correct[result.answer_rule]
-    cache = result.cache
+    cache, vcache = result.cache, result.verifier_cache
     return {
         "id": result.problem_key,
         "clock": result.clock,
@@ -112,6 +112,8 @@ def problem_record(result: SearchResult, gold: str | None, problem: str = "") ->
         "prefix_cache_hit_rate": cache.prefix_cache_hit_rate if cache else None,
         "num_preemptions": cache.num_preemptions if cache else None,
         "num_recomputed_tokens": cache.num_recomputed_tokens if cache else None,
+        "verifier_prefix_cache_hit_rate": vcache.prefix_cache_hit_rate if vcache else None,
+        "verifier_prompt_tokens": vcache.prefix_cache_queries if vcache else None,
         "batch_occupancy": result.mean_occupancy,
         "prefix_schedule_cost": result.schedule_cost,
         "search_tree_tokens": result.tree_tokens,
@@ -174,6 +176,7 @@ def summarize(records: Sequence[dict]) -> dict:
         "mean_tokens_per_beam": statistics.fmean(r["mean_tokens_per_beam"] for r in records),
         "num_completions": statistics.fmean(r["num_completions"] for r in records),
         "prefix_cache_hit_rate": _mean_of(records, "prefix_cache_hit_rate"),
+        "verifier_prefix_cache_hit_rate": _mean_of(records, "verifier_prefix_cache_hit_rate"),
         "num_preemptions": _mean_of(records, "num_preemptions"),
         "num_recomputed_tokens": _mean_of(records, "num_recomputed_tokens"),
         "batch_occupancy": _mean_of(records, "batch_occupancy"),

@@ -46,6 +46,7 @@ class SearchResult:
         num_sequences: engine sequences submitted.
         prompt_tokens: tokens of the problem's prompt.
         cache: the generator's KV-cache statistics at the end, counters of this problem only.
+        verifier_cache: the same of the verifier's engine (None: a verifier without one).
         occupancy: per generator engine step (time s, standard sequences, speculative
             sequences, batch slots); `mean_occupancy` summarises it.
         mean_occupancy: mean running / batch slots over generator engine steps (None if none).
@@ -75,6 +76,7 @@ class SearchResult:
     num_sequences: int
     prompt_tokens: int
     cache: CacheStats | None = None
+    verifier_cache: CacheStats | None = None
     occupancy: list[tuple[float, int, int, int]] = field(default_factory=list)
     mean_occupancy: float | None = None
     schedule_cost: int = 0
@@ -137,6 +139,7 @@ class SearchRunner:
         strategy = make_strategy(cfg)  # per-search state starts fresh
         ids = itertools.count()
         cache_before = self.generator.cache_stats()
+        verifier_before = self.verifier.cache_stats()
         start = self.generator.now()
         root = Beam(beam_id=next(ids), start_time=start)
         kept, completed = [root], []
@@ -222,6 +225,7 @@ class SearchRunner:
                 stopped_early = True
                 break
         end = self.generator.now()
+        verifier_cache = self.verifier.cache_stats()
         return SearchResult(
             problem_key=problem_key,
             completions=strategy.finalize(completed),
@@ -234,6 +238,8 @@ class SearchRunner:
             num_sequences=num_sequences,
             prompt_tokens=len(prompt_ids),
             cache=self.generator.cache_stats().since(cache_before),
+            verifier_cache=(verifier_cache.since(verifier_before)
+                            if verifier_cache is not None and verifier_before is not None else None),
             occupancy=trace.samples,
             mean_occupancy=trace.mean_occupancy(),
             schedule_cost=cost,

@@ -101,6 +101,9 @@ class PlanInput:
             independent samples N); with `share` it sets the estimated tree size W.
         tree_len: W / N measured by the runtime (unique tokens of one iteration's tree per
             path); None = estimate it (`tree_tokens`).
+        verifier_reuse: the verifier reads its prefix cache (incremental verification or
+            the judge); False = it prefills every path whole each iteration, so its cache saves
+            nothing: its recompute term is R whatever its size (h = 0).
     """
 
     memory_bytes: int
@@ -119,6 +122,7 @@ class PlanInput:
     step_len: int = PLAN_STEP_LEN
     lineages: int = 1
     tree_len: int | None = None
+    verifier_reuse: bool = True
 
     def __post_init__(self) -> None:
         for name in ("memory_bytes", "num_requests", "verifier_len", "decode_len", "share",
@@ -194,6 +198,7 @@ class MemoryPlan:
         t_offload: the transfer overhead (s), 0 without offloading.
         kind: "roofline", "offload", "static" or "fixed".
         t_recompute: prefix recomputation of both models (T_reuse, s; 0 for one pass).
+        iterations: D, the iterations the plan's times cover.
     """
 
     b_pre: int
@@ -207,6 +212,13 @@ class MemoryPlan:
     t_offload: float
     kind: str
     t_recompute: float = 0.0
+    iterations: int = 1
+
+    @property
+    def t_offload_per_iteration(self) -> float:
+        """The transfer overhead of one iteration, 4 M / host bandwidth (s): what an engine
+        pays at each generate -> verify round; `t_offload` is D of them."""
+        return self.t_offload / self.iterations
 
     def throughput(self, inp: PlanInput) -> float:
         """Predicted generated tokens per second of the search (N * S_dec / T_tot)."""
@@ -226,8 +238,8 @@ class _Model:
     """One model's side of the plan: its batch needs and its reuse term."""
 
     def __init__(self, inp: PlanInput, model: ModelSpec, per_seq: int, floor: int,
-                 length: int):
-        self.per_seq, self.floor = per_seq, floor
+                 length: int, reuse: bool = True):
+        self.per_seq, self.floor, self.reuse = per_seq, floor, reuse
         self.tree = inp.tree_tokens * model.kv_bytes_per_token
         tokens = inp.recompute_tokens()
         self.full = 0.0
@@ -240,8 +252,15 @@ class _Model:
         """Bytes a batch of `batch` sequences holds (the tree at most), at least the floor."""
         return max(min(batch * self.per_seq, self.tree), self.floor)
 
+    @property
+    def saving(self) -> float:
+        """R when a cache holding the tree saves it, else 0 (s)."""
+        return self.full if self.reuse else 0.0
+
     def recompute(self, cache: int) -> float:
-        """(1 - h) * R for a KV cache of `cache` bytes (s)."""
+        """(1 - h) * R for a KV cache of `cache` bytes (s); R when the cache is not read."""
+        if not self.reuse:
+            return self.full
         return self.full * (1 - min(1.0, cache / self.tree)) if self.full else 0.0
 
     def cap(self, room: int, limit: int) -> int:
@@ -254,7 +273,8 @@ class _Model:
 
 
 def _models(inp: PlanInput) -> tuple[_Model, _Model]:
-    return (_Model(inp, inp.verifier, inp.kv_ver, inp.verifier_floor, inp.verifier_len),
+    return (_Model(inp, inp.verifier, inp.kv_ver, inp.verifier_floor, inp.verifier_len,
+                   inp.verifier_reuse),
             _Model(inp, inp.generator, inp.kv_gen, inp.generator_floor, inp.verifier_len))
 
 
@@ -264,9 +284,9 @@ def _split_left(ver: _Model, gen: _Model):
     recompute time per byte (R / W; ties to the generator), each up to its tree, and what
     remains in proportion to the two trees (headroom against an underestimated W); without a
     reuse term all of it goes to the generator (the paper's tie rule)."""
-    order = [k for k in sorted((0, 1), key=lambda k: (-(ver, gen)[k].full / (ver, gen)[k].tree,
+    order = [k for k in sorted((0, 1), key=lambda k: (-(ver, gen)[k].saving / (ver, gen)[k].tree,
                                                       k == 0))
-             if (ver, gen)[k].full]
+             if (ver, gen)[k].saving]
     trees = (ver.tree, gen.tree)
 
     def split(ver_need: int, gen_need: int, left: int) -> tuple[int, int]:
@@ -303,7 +323,7 @@ def _plan(inp: PlanInput, b_pre: int, b_dec: int, kind: str, ver_bytes: int, gen
     ver, gen = _models(inp)
     tr = ver.recompute(ver_bytes) + gen.recompute(gen_bytes)
     return MemoryPlan(b_pre, b_dec, ver_bytes, gen_bytes, kind == "offload",
-                      tv + tg + tr + overhead, tv, tg, overhead, kind, tr)
+                      tv + tg + tr + overhead, tv, tg, overhead, kind, tr, inp.iterations)
 
 
 def _coupled(inp: PlanInput) -> MemoryPlan | None:
@@ -473,13 +493,16 @@ def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
         ValueError: a size below 1 (see `PlanInput`).
         fasttts.search.SearchConfigError: the search configuration is invalid.
     """
+    from fasttts.verifiers import reads_prefix_cache
+
     seq_len = min(seq_len or cfg.runtime.plan_seq_len or 256 + cfg.search.max_tokens // 2,
                   cfg.generator.max_model_len)
     shape = search_shape(cfg.search, seq_len)
     return PlanInput(memory_bytes=budget, generator=generator, verifier=verifier,
                      hardware=hardware, num_requests=cfg.search.n, verifier_len=seq_len,
                      decode_len=seq_len, verifier_floor=verifier_floor,
-                     generator_floor=generator_floor, tree_len=tree_len, **shape)
+                     generator_floor=generator_floor, tree_len=tree_len,
+                     verifier_reuse=reads_prefix_cache(cfg), **shape)
 
 
 def plan_for_run(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,

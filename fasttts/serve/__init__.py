@@ -66,7 +66,8 @@ def build_state(cfg: RunConfig, limits: ServerLimits, api_key: str | None = None
             cfg, plan = plan_real_engines(cfg, _planner_hardware(cfg))
             replanner = real_replanner(cfg, _planner_hardware(cfg), plan)
             slots = engine_slots(cfg.generator)
-        verifier = LockedVerifier(build_verifier(cfg.verifier), device)
+        verifier = LockedVerifier(
+            build_verifier(cfg.verifier, cfg.runtime.incremental_verification), device)
 
         def build():
             return VLLMGenerator(cfg.generator)

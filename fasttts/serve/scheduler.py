@@ -73,6 +73,9 @@ class LockedVerifier(Verifier):
         self.num_calls = 0
         self.num_merged = 0
 
+    def cache_stats(self):
+        return self.inner.cache_stats()
+
     def score(self, requests: list[ScoreRequest]) -> list[list[float]]:
         mine = _Pending(requests)
         with self._mu:

@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+from importlib import import_module
+
 from fasttts.config import VerifierConfig
 from fasttts.verifiers.base import AGG_STRATEGIES, ScoreRequest, Verifier, aggregate
 
-__all__ = ["AGG_STRATEGIES", "VERIFIER_KINDS", "ScoreRequest", "Verifier", "aggregate",
-           "build_verifier", "infer_kind"]
+__all__ = ["AGG_STRATEGIES", "VERIFIER_KINDS", "IncrementalNotSupported", "ScoreRequest",
+           "Verifier", "aggregate", "build_verifier", "incremental_kinds", "infer_kind",
+           "reads_prefix_cache", "verifier_class"]
 
-VERIFIER_KINDS = ("judge", "math-shepherd", "qwen-prm", "skywork")
+#: Scoring format -> (module, class) of its verifier.
+_CLASSES = {
+    "judge": ("fasttts.verifiers.judge", "JudgeVerifier"),
+    "math-shepherd": ("fasttts.verifiers.math_shepherd", "MathShepherdVerifier"),
+    "qwen-prm": ("fasttts.verifiers.qwen_prm", "QwenPRMVerifier"),
+    "skywork": ("fasttts.verifiers.skywork", "SkyworkVerifier"),
+}
+VERIFIER_KINDS = tuple(_CLASSES)
+
+
+class IncrementalNotSupported(ValueError):
+    """Incremental verification was asked of a verifier format that cannot do it."""
 
 
 def infer_kind(model: str) -> str:
@@ -24,27 +38,51 @@ def infer_kind(model: str) -> str:
     return "judge"
 
 
-def build_verifier(cfg: VerifierConfig) -> Verifier:
+def verifier_class(kind: str) -> type[Verifier]:
+    """The verifier class of scoring format `kind` (imported on demand: vLLM is heavy).
+
+    Raises:
+        ValueError: unknown kind (lists the kinds).
+    """
+    if kind not in _CLASSES:
+        raise ValueError(f"unknown verifier kind {kind!r}; kinds: auto, {', '.join(VERIFIER_KINDS)}")
+    module, name = _CLASSES[kind]
+    return getattr(import_module(module), name)
+
+
+def incremental_kinds() -> list[str]:
+    """The scoring formats that can verify incrementally (`Verifier.supports_incremental`)."""
+    return [k for k in VERIFIER_KINDS if verifier_class(k).supports_incremental]
+
+
+def reads_prefix_cache(cfg) -> bool:
+    """Whether the verifier of `cfg` (a RunConfig) reads its prefix cache across iterations:
+    with incremental verification on, or a format that is always incremental (the judge);
+    on the simulator, the incremental flag alone (its PRM is a pooling PRM)."""
+    if cfg.runtime.incremental_verification:
+        return True
+    if cfg.backend == "sim":
+        return False
+    kind = infer_kind(cfg.verifier.engine.model) if cfg.verifier.kind == "auto" else cfg.verifier.kind
+    return verifier_class(kind).incremental
+
+
+def build_verifier(cfg: VerifierConfig, incremental: bool = False) -> Verifier:
     """Build the verifier `cfg` describes (engines are created here).
+
+    Args:
+        cfg: the verifier configuration.
+        incremental: score only each new step from the PRM's prefix cache
+            (`RuntimeConfig.incremental_verification`).
 
     Raises:
         ValueError: unknown kind (lists the kinds); model errors from `fasttts.models`.
+        IncrementalNotSupported: `incremental` for a format that cannot (names those that can).
     """
     kind = infer_kind(cfg.engine.model) if cfg.kind == "auto" else cfg.kind
-    if kind == "judge":
-        from fasttts.verifiers.judge import JudgeVerifier
-
-        return JudgeVerifier(cfg.engine, batch_size=cfg.batch_size)
-    if kind == "math-shepherd":
-        from fasttts.verifiers.math_shepherd import MathShepherdVerifier
-
-        return MathShepherdVerifier(cfg.engine, batch_size=cfg.batch_size)
-    if kind == "qwen-prm":
-        from fasttts.verifiers.qwen_prm import QwenPRMVerifier
-
-        return QwenPRMVerifier(cfg.engine, batch_size=cfg.batch_size)
-    if kind == "skywork":
-        from fasttts.verifiers.skywork import SkyworkVerifier
-
-        return SkyworkVerifier(cfg.engine, batch_size=cfg.batch_size)
-    raise ValueError(f"unknown verifier kind {kind!r}; kinds: auto, {', '.join(VERIFIER_KINDS)}")
+    cls = verifier_class(kind)
+    if incremental and not cls.supports_incremental:
+        raise IncrementalNotSupported(
+            f"--incremental-verification: verifier kind {kind!r} cannot score steps "
+            f"incrementally; kinds that can: {', '.join(incremental_kinds())}")
+    return cls(cfg.engine, batch_size=cfg.batch_size, incremental=incremental)

@@ -40,9 +40,16 @@ class Verifier(ABC):
 
     Attributes:
         name: what the verifier is (model and format), for reports.
+        supports_incremental: the format can score a new step from the prefix cache alone
+            (one request cut right after the step's tag, read at its last token; exact because
+            the PRM is causal). A class fact, asked of the class (`incremental_capable`).
+        incremental: this instance scores incrementally (DESIGN.md, "The verifier is priced as
+            the real engine prices it"); False = every scored path is prefilled whole.
     """
 
     name: str = "verifier"
+    supports_incremental: bool = False
+    incremental: bool = False
 
     @abstractmethod
     def score(self, requests: list[ScoreRequest]) -> list[list[float]]:
@@ -69,6 +76,11 @@ class Verifier(ABC):
         import time
 
         return time.perf_counter()
+
+    def cache_stats(self):
+        """The verifier engine's KV-cache counters (`fasttts.backends.base.CacheStats`), or
+        None where the verifier has no paged engine (transformers)."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the verifier's engine."""

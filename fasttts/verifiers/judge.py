@@ -15,7 +15,8 @@ from __future__ import annotations
 import itertools
 import math
 
-from fasttts.backends.vllm_engine import build_engine, run_batch, shutdown_engine
+from fasttts.backends.vllm_engine import (build_engine, engine_cache_stats, run_batch,
+                                          shutdown_engine)
 from fasttts.config import EngineConfig
 from fasttts.verifiers.base import ScoreRequest, Verifier
 
@@ -36,12 +37,18 @@ class JudgeVerifier(Verifier):
     Args:
         cfg: engine configuration of the judge model.
         batch_size: most scoring requests in flight at once (B_pre).
+        incremental: accepted for the common interface; the judge always asks about one step
+            per request, with vLLM's prefix cache on (module docstring), so it is incremental
+            in either mode.
 
     Raises:
         ValueError: the tokenizer has no single-token "Yes"/"No".
     """
 
-    def __init__(self, cfg: EngineConfig, batch_size: int = 64):
+    supports_incremental = True
+    incremental = True
+
+    def __init__(self, cfg: EngineConfig, batch_size: int = 64, incremental: bool = True):
         self.engine = build_engine(cfg)
         self.tokenizer = self.engine.get_tokenizer()
         self.batch_size = batch_size
@@ -96,6 +103,9 @@ class JudgeVerifier(Verifier):
             m = max(yes, no)
             scores[owner].append(math.exp(yes - m) / (math.exp(yes - m) + math.exp(no - m)))
         return scores
+
+    def cache_stats(self):
+        return engine_cache_stats(self.engine)
 
     def close(self) -> None:
         engine, self.engine = getattr(self, "engine", None), None

@@ -3,8 +3,10 @@
 A causal LM read as a step classifier: after each step comes the tag " ки", and the step's
 score is p("+") / (p("+") + p("-")) of the next-token logits at the tag. vLLM serves it as a
 pooling model: `convert="classify"` with the LM head rows of "+" and "-" as the classifier
-(`classifier_from_token`), read at every tag by the STEP pooler. Any causal LM loads this way,
-which is how the tests exercise the path on a small local model.
+(`classifier_from_token`), read at every tag by the STEP pooler (whole-path mode) or at the last
+token of a request cut after the new step's tag by the LAST pooler (incremental mode, prefix
+cache on). Any causal LM whose tokenizer has " ки" as one token loads this way, which is how the
+tests exercise the path on a small local model (`fasttts.models.derived`).
 """
 
 from __future__ import annotations
@@ -29,11 +31,16 @@ def _classifier_architecture(model: str) -> str:
 
 
 class MathShepherdVerifier(PoolingPRMVerifier):
-    """Math-Shepherd-format PRM on vLLM's pooling runner (STEP pooler, `+`/`-` classes)."""
+    """Math-Shepherd-format PRM on vLLM's pooling runner (`+`/`-` classes at " ки").
+
+    Input: problem, then " " + step 1 + " ки", "\\n" + step 2 + " ки", ... (the model card's
+    format, encoded step by step)."""
 
     good_class = 0  # classes are ("+", "-")
+    step_tag = STEP_TAG
 
-    def engine_overrides(self, cfg: EngineConfig) -> dict:
+    def engine_overrides(self, cfg: EngineConfig, incremental: bool) -> dict:
+        pooling = {"seq_pooling_type": "LAST"} if incremental else {"tok_pooling_type": "STEP"}
         return {
             "convert": "classify",
             "hf_overrides": {
@@ -41,13 +48,20 @@ class MathShepherdVerifier(PoolingPRMVerifier):
                 "classifier_from_token": ["+", "-"],
                 "method": "no_post_processing",
             },
-            "pooler_config": {"tok_pooling_type": "STEP"},
+            "pooler_config": pooling,
         }
 
-    @property
-    def step_tag_id(self) -> int:
-        return self.tokenizer.encode(STEP_TAG, add_special_tokens=False)[-1]
+    def head_ids(self, problem: str) -> list[int]:
+        return list(self.tokenizer.encode(problem))
 
-    def prompt_ids(self, problem: str, steps: tuple[str, ...]) -> list[int]:
-        body = "".join(f"{s.strip()}{STEP_TAG}\n" for s in steps)
-        return list(self.tokenizer.encode(f"{problem} {body}"))
+    def step_ids(self, index: int, step: str) -> list[int]:
+        joiner = " " if index == 0 else "\n"
+        return list(self.tokenizer.encode(joiner + step.strip(), add_special_tokens=False))
+
+    def last_token_params(self):
+        from vllm import PoolingParams
+
+        return PoolingParams(task="classify")
+
+    def last_token_probs(self, output) -> list[float]:
+        return output.outputs.data.float().tolist()

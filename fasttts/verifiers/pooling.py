@@ -1,10 +1,24 @@
-"""Discriminative PRMs that vLLM serves with its pooling runner and the STEP pooler.
+"""Discriminative PRMs that vLLM serves with its pooling runner.
 
-One prefill per path returns a class distribution at every step-tag token; the score of a step
-is the probability of the "good" class there. Subclasses give the prompt format (where the step
-tags go), the engine overrides that make vLLM load the model as a step classifier, and which
-class is "good". vLLM's token-wise pooling reads no prefix cache, so a path is prefilled whole
-each time it is scored; all of its steps are scored in that one pass.
+A path is the problem's tokens, then each step's tokens followed by one step-tag token; a
+step's score is the probability of the "good" class of the classifier read at its tag. Token ids
+are built step by step (`path_ids`), so a path's ids are a prefix of its extension's ids, which
+is what vLLM's prefix cache needs. Two modes, one per engine (`incremental`):
+
+- **whole-path** (search-and-learn's way, the baseline): one `token_classify` request per path
+  with the STEP pooler, which reads every tag of the path. vLLM reads no prefix cache for STEP
+  pooling (`ModelConfig.is_prefix_caching_supported`; `PoolingParams` sets
+  `skip_reading_prefix_cache` for token-wise tasks), so every path is prefilled whole each time
+  it is scored.
+- **incremental**: one request per new step, cut right after the step's tag, read at its last
+  token (sequence LAST pooling, or token-wise ALL pooling reading the cache, where the model
+  has no sequence pooler). Every PRM here is causal, so the hidden state at a tag depends only
+  on the tokens before it: the score equals the whole-path score of that step, and vLLM's
+  prefix cache serves everything before the step.
+
+Ordering (incremental): a path's requests go out in waves, the k-th new step of every path in
+wave k, and wave k + 1 starts when wave k has finished, so a longer request never runs beside
+the shorter one it extends and always finds its blocks cached (while they are not evicted).
 """
 
 from __future__ import annotations
@@ -12,61 +26,116 @@ from __future__ import annotations
 import itertools
 from abc import abstractmethod
 
-from fasttts.backends.vllm_engine import build_engine, run_batch, shutdown_engine
+from fasttts.backends.vllm_engine import (build_engine, engine_cache_stats, run_batch,
+                                          shutdown_engine)
 from fasttts.config import EngineConfig
 from fasttts.verifiers.base import ScoreRequest, Verifier
 
-__all__ = ["PoolingPRMVerifier"]
+__all__ = ["PoolingPRMVerifier", "StepTagError"]
+
+
+class StepTagError(ValueError):
+    """The checkpoint's tokenizer does not encode the step tag as one token."""
 
 
 class PoolingPRMVerifier(Verifier):
-    """Base of PRMs scored through vLLM's `token_classify` pooling task.
+    """Base of PRMs scored through vLLM's pooling runner (module docstring).
 
     Args:
         cfg: engine configuration of the PRM.
-        batch_size: most paths in flight at once (B_pre).
+        batch_size: most requests in flight at once (B_pre).
+        incremental: score each new step from the prefix cache (module docstring).
 
     Raises:
-        ValueError: the engine cannot be built as a step classifier.
+        StepTagError: the step tag is not a single token of the checkpoint's tokenizer.
+        fasttts.models.ModelLoadError: the engine cannot be built as a classifier.
     """
 
     #: Column of the pooled class distribution that means "this step is good".
     good_class: int = 0
+    supports_incremental = True
+    #: The text of the step tag (one token of the checkpoint's vocabulary).
+    step_tag: str = ""
 
-    def __init__(self, cfg: EngineConfig, batch_size: int = 64):
-        self.engine = build_engine(cfg, runner="pooling", **self.engine_overrides(cfg))
+    def __init__(self, cfg: EngineConfig, batch_size: int = 64, incremental: bool = False):
+        self.incremental = incremental
+        self.engine = build_engine(cfg, runner="pooling", **self.engine_overrides(cfg, incremental))
         self.tokenizer = self.engine.get_tokenizer()
         self.max_model_len = self.engine.model_config.max_model_len
         self.batch_size = batch_size
-        self.name = f"{type(self).__name__}({cfg.model})"
+        mode = "incremental" if incremental else "whole-path"
+        self.name = f"{type(self).__name__}({cfg.model}, {mode})"
         self._calls = itertools.count()
+        self.step_tag_id = self._single_token_tag(cfg.model)
+
+    def _single_token_tag(self, model: str) -> int:
+        ids = self.tag_token_ids()
+        if len(ids) != 1:
+            self.close()
+            raise StepTagError(
+                f"{model}: the step tag {self.step_tag!r} is {len(ids)} tokens {ids} in this "
+                f"checkpoint's tokenizer; a {type(self).__name__} needs it to be one token (the "
+                f"classifier is read at it)")
+        return ids[0]
+
+    def tag_token_ids(self) -> list[int]:
+        """Token ids of the step tag text (one id for a usable checkpoint)."""
+        return list(self.tokenizer.encode(self.step_tag, add_special_tokens=False))
 
     @abstractmethod
-    def engine_overrides(self, cfg: EngineConfig) -> dict:
-        """Extra `vllm.EngineArgs` that make the engine a step classifier."""
-
-    @property
-    @abstractmethod
-    def step_tag_id(self) -> int:
-        """Token id placed after every step; the pooler reads the classes there."""
+    def engine_overrides(self, cfg: EngineConfig, incremental: bool) -> dict:
+        """Extra `vllm.EngineArgs` that make the engine a classifier for the mode."""
 
     @abstractmethod
+    def head_ids(self, problem: str) -> list[int]:
+        """Token ids of everything before the first step."""
+
+    @abstractmethod
+    def step_ids(self, index: int, step: str) -> list[int]:
+        """Token ids of step `index` (0-based) before its tag: the text joining it to the
+        previous tag, then the step's own text."""
+
+    def path_ids(self, problem: str, steps: tuple[str, ...]) -> tuple[list[int], list[int]]:
+        """(token ids of problem + steps, each step followed by the tag; position of each tag).
+
+        Raises:
+            ValueError: the path is longer than the PRM's context.
+        """
+        ids = self.head_ids(problem)
+        tags = []
+        for i, step in enumerate(steps):
+            ids += self.step_ids(i, step)
+            ids.append(self.step_tag_id)
+            tags.append(len(ids) - 1)
+        if len(ids) > self.max_model_len:
+            raise ValueError(
+                f"verifier prompt of {len(ids)} tokens exceeds the PRM's context of "
+                f"{self.max_model_len} tokens; raise max_model_len or lower max_tokens")
+        return ids, tags
+
     def prompt_ids(self, problem: str, steps: tuple[str, ...]) -> list[int]:
-        """Token ids of problem + steps, with one step tag after each step."""
+        """Token ids of problem + steps with one step tag after each step."""
+        return self.path_ids(problem, steps)[0]
+
+    @abstractmethod
+    def last_token_params(self):
+        """`PoolingParams` of an incremental request (read at its last token, cache on)."""
+
+    @abstractmethod
+    def last_token_probs(self, output) -> list[float]:
+        """The class distribution at the last token of an incremental request's output."""
 
     def score(self, requests: list[ScoreRequest]) -> list[list[float]]:
+        paths = [self.path_ids(r.problem, r.steps) for r in requests]
+        if self.incremental:
+            return self._score_incremental(requests, paths)
+        return self._score_whole(requests, paths)
+
+    def _score_whole(self, requests, paths) -> list[list[float]]:
         from vllm import PoolingParams
 
         params = PoolingParams(task="token_classify", step_tag_id=self.step_tag_id)
-        items = []
-        for req in requests:
-            ids = self.prompt_ids(req.problem, req.steps)
-            if len(ids) > self.max_model_len:
-                raise ValueError(
-                    f"verifier prompt of {len(ids)} tokens exceeds the PRM's context of "
-                    f"{self.max_model_len} tokens; raise max_model_len or lower max_tokens"
-                )
-            items.append((ids, params))
+        items = [(ids, params) for ids, _ in paths]
         outputs = run_batch(self.engine, items, self.batch_size, f"prm{next(self._calls)}")
         scores = []
         for req, out in zip(requests, outputs):
@@ -74,10 +143,32 @@ class PoolingPRMVerifier(Verifier):
             if len(probs) != len(req.steps):
                 raise RuntimeError(
                     f"{self.name}: {len(probs)} step tags scored for {len(req.steps)} steps (a "
-                    f"step or the problem contains the step tag text)"
-                )
+                    f"step or the problem contains the step tag text {self.step_tag!r})")
             scores.append(probs[req.start :])
         return scores
+
+    def _score_incremental(self, requests, paths) -> list[list[float]]:
+        params = self.last_token_params()
+        scores: list[list[float]] = [[] for _ in requests]
+        waves = max((len(r.steps) - r.start for r in requests), default=0)
+        for wave in range(waves):
+            owners, items = [], []
+            for r, (req, (ids, tags)) in enumerate(zip(requests, paths)):
+                k = req.start + wave
+                if k < len(req.steps):
+                    if ids[: tags[k] + 1].count(self.step_tag_id) != k + 1:
+                        raise RuntimeError(
+                            f"{self.name}: step {k} of a path holds the step tag text "
+                            f"{self.step_tag!r}; it cannot be scored")
+                    owners.append(r)
+                    items.append((ids[: tags[k] + 1], params))
+            tag = f"prm{next(self._calls)}"
+            for r, out in zip(owners, run_batch(self.engine, items, self.batch_size, tag)):
+                scores[r].append(self.last_token_probs(out)[self.good_class])
+        return scores
+
+    def cache_stats(self):
+        return engine_cache_stats(self.engine)
 
     def close(self) -> None:
         engine, self.engine = getattr(self, "engine", None), None

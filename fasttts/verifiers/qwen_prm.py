@@ -2,7 +2,11 @@
 
 The chat prompt holds the problem as the user turn and the steps as the assistant turn, each
 step followed by the separator `<extra_0>`; vLLM's native `Qwen2ForProcessRewardModel` returns
-a two-class distribution at every separator and the step score is the probability of class 1.
+a two-class distribution per token and the step score is the probability of class 1 at its
+separator. Whole-path mode reads every separator with the STEP pooler; incremental mode cuts a
+request after the new step's separator and reads its last row with the ALL pooler while reading
+the prefix cache (the architecture has no sequence pooler; with the cache read, ALL returns the
+rows of the tokens computed, whose last is the new separator).
 """
 
 from __future__ import annotations
@@ -14,26 +18,41 @@ __all__ = ["QwenPRMVerifier", "SEPARATOR"]
 
 SEPARATOR = "<extra_0>"
 SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
+_CONTENT = "\x00steps\x00"
 
 
 class QwenPRMVerifier(PoolingPRMVerifier):
     """Qwen2.5-Math-PRM on vLLM's pooling runner (`<extra_0>` separators)."""
 
     good_class = 1
+    step_tag = SEPARATOR
 
-    def engine_overrides(self, cfg: EngineConfig) -> dict:
-        return {}
+    def engine_overrides(self, cfg: EngineConfig, incremental: bool) -> dict:
+        return {"pooler_config": {"tok_pooling_type": "ALL"}} if incremental else {}
 
-    @property
-    def step_tag_id(self) -> int:
-        return self.tokenizer.convert_tokens_to_ids(SEPARATOR)
+    def tag_token_ids(self) -> list[int]:
+        tag = self.tokenizer.convert_tokens_to_ids(SEPARATOR)
+        if tag is None or tag == self.tokenizer.unk_token_id:
+            return list(self.tokenizer.encode(SEPARATOR, add_special_tokens=False))
+        return [tag]
 
-    def prompt_ids(self, problem: str, steps: tuple[str, ...]) -> list[int]:
+    def head_ids(self, problem: str) -> list[int]:
         messages = [
             {"role": "system", "content": SYSTEM},
             {"role": "user", "content": problem},
-            {"role": "assistant", "content": "".join(f"{s.strip()}{SEPARATOR}" for s in steps)},
+            {"role": "assistant", "content": _CONTENT},
         ]
         text = self.tokenizer.apply_chat_template(messages, tokenize=False,
                                                   add_generation_prompt=False)
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return list(self.tokenizer.encode(text.split(_CONTENT)[0], add_special_tokens=False))
+
+    def step_ids(self, index: int, step: str) -> list[int]:
+        return list(self.tokenizer.encode(step.strip(), add_special_tokens=False))
+
+    def last_token_params(self):
+        from vllm import PoolingParams
+
+        return PoolingParams(task="token_classify", skip_reading_prefix_cache=False)
+
+    def last_token_probs(self, output) -> list[float]:
+        return output.outputs.data[-1].float().tolist()

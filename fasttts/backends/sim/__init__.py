@@ -98,14 +98,15 @@ def build_sim(cfg: RunConfig, workload: Workload | None = None) -> tuple[SimGene
             generator_min_tokens=-(-cfg.generator.max_model_len // bs) * bs)
         max_seqs, b_pre = plan.b_dec, plan.b_pre
         gen_kv = budget if plan.offload else budget - ver_kv
-        offload_s = plan.t_offload
+        offload_s = plan.t_offload_per_iteration
     gen_engine = SimEngine(gen, hw, clock, gen_kv // (bs * gen.kv_bytes_per_token), bs,
                            max_seqs, sim.max_num_batched_tokens, cfg.generator.max_model_len)
     ver_engine = SimEngine(ver, hw, clock, ver_kv // (bs * ver.kv_bytes_per_token), bs,
                            b_pre, sim.max_num_batched_tokens,
                            cfg.verifier.engine.max_model_len, logits=False)
     generator = SimGenerator(gen_engine, workload)
-    verifier = SimVerifier(ver_engine, workload, offload_s)
+    verifier = SimVerifier(ver_engine, workload, offload_s,
+                           incremental=cfg.runtime.incremental_verification)
     generator.memory = split
     generator.plan = plan
     generator.kv_split = (gen_kv, ver_kv)  # bytes given to the two caches (before rounding)
@@ -116,7 +117,8 @@ def resize_sim(generator: SimGenerator, verifier: SimVerifier, generator_kv_byte
                verifier_kv_bytes: int, offload_s: float) -> None:
     """Give the simulated engines a new KV split between searches (a re-plan, as rebuilding
     real engines would): each cache gets its bytes (whole blocks) and starts empty, and the
-    verifier charges `offload_s` per scoring call (0 without offloading).
+    verifier charges `offload_s` per scoring call, one iteration's transfers (0 without
+    offloading; `MemoryPlan.t_offload_per_iteration`).
 
     Raises:
         RuntimeError: sequences are still in an engine.

@@ -20,6 +20,7 @@ import heapq
 import itertools
 from dataclasses import dataclass, field
 
+from fasttts.backends.base import CacheStats
 from fasttts.backends.sim.kv_cache import KVCacheManager, KVSeqState
 from fasttts.backends.sim.roofline import SeqWork, StepShape, step_time
 from fasttts.backends.sim.specs import HardwareSpec, ModelSpec
@@ -123,7 +124,7 @@ class SimEngine:
         if num_blocks < -(-self.max_model_len // bs):
             raise ValueError(f"{self.model.name}: {kv_bytes / 2**20:.1f} MiB of KV cache cannot "
                              f"hold one sequence of max_model_len={self.max_model_len} tokens")
-        self.kv = KVCacheManager(num_blocks, bs)
+        self.kv = KVCacheManager(num_blocks, bs, self.kv.enable_prefix_caching)
 
     def add(self, seq: SimSequence) -> None:
         """Queue a sequence (it keeps its `priority`; arrival order breaks ties)."""
@@ -142,6 +143,15 @@ class SimEngine:
             self._waiting = [w for w in self._waiting if w[2] is not seq]
             heapq.heapify(self._waiting)
         self.kv.free(seq.kv)
+
+    def cache_stats(self) -> CacheStats:
+        """The KV cache's state and this engine's cumulative counters (blocks, tokens)."""
+        kv = self.kv
+        return CacheStats(block_size=kv.block_size, num_blocks=kv.num_blocks,
+                          num_blocks_used=kv.num_used, prefix_cache_queries=kv.prefix_cache_queries,
+                          prefix_cache_hits=kv.prefix_cache_hits,
+                          num_preemptions=self.num_preemptions,
+                          num_recomputed_tokens=self.num_recomputed_tokens)
 
     @property
     def num_waiting(self) -> int:

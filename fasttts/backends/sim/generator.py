@@ -129,12 +129,7 @@ class SimGenerator(GeneratorBackend):
         return self.engine.num_waiting
 
     def cache_stats(self) -> CacheStats:
-        kv = self.engine.kv
-        return CacheStats(block_size=kv.block_size, num_blocks=kv.num_blocks,
-                          num_blocks_used=kv.num_used, prefix_cache_queries=kv.prefix_cache_queries,
-                          prefix_cache_hits=kv.prefix_cache_hits,
-                          num_preemptions=self.engine.num_preemptions,
-                          num_recomputed_tokens=self.engine.num_recomputed_tokens)
+        return self.engine.cache_stats()
 
     def now(self) -> float:
         return self.engine.clock.t

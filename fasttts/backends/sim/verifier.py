@@ -1,15 +1,23 @@
 """The simulated PRM: scores from the workload, time from a prefill-only `SimEngine`.
 
-A scoring call runs every request as a prefill-only sequence (problem tokens + step tokens) on
-the verifier's engine, at most `max_num_seqs` (B_pre) at once, with prefix caching, so a path
-whose earlier steps were scored before pays only for its new tokens while they stay cached.
-The clock is the device's shared virtual clock.
+The verifier engine is priced as the real engine of its mode prices it
+(`fasttts.verifiers.pooling`):
+
+- whole-path (the baseline): each scoring request prefills the path whole (problem tokens +
+  every step), with no prefix-cache read, as vLLM's STEP pooler runs;
+- incremental: one request per new step, cut after it, prefix cache on, so a request pays for
+  its new tokens (and the partial block before them) while its prefix stays cached. A path's
+  requests go out in waves (the k-th new step of every path in wave k), as on vLLM.
+
+At most `max_num_seqs` (B_pre) requests run at once. The clock is the device's shared virtual
+clock.
 """
 
 from __future__ import annotations
 
 import itertools
 
+from fasttts.backends.base import CacheStats
 from fasttts.backends.sim import tokenizer as tok
 from fasttts.backends.sim.engine import SimEngine, SimSequence
 from fasttts.backends.sim.workload import Workload
@@ -25,14 +33,22 @@ class SimVerifier(Verifier):
         engine: a prefill-only engine (`logits=False`) for the verifier model.
         workload: the score model.
         offload_s: time charged per scoring call (one search iteration) for moving the
-            inactive model's KV cache to and from host memory when offloading (seconds).
+            inactive model's KV cache to and from host memory when offloading (seconds;
+            `MemoryPlan.t_offload_per_iteration`).
+        incremental: incremental verification (module docstring); False = whole-path, and
+            the engine's prefix cache is not read.
     """
 
-    def __init__(self, engine: SimEngine, workload: Workload, offload_s: float = 0.0):
+    supports_incremental = True
+
+    def __init__(self, engine: SimEngine, workload: Workload, offload_s: float = 0.0,
+                 incremental: bool = False):
         self.engine = engine
         self.workload = workload
         self.offload_s = offload_s
-        self.name = f"sim:{engine.model.name}"
+        self.incremental = incremental
+        engine.kv.enable_prefix_caching = incremental
+        self.name = f"sim:{engine.model.name} ({'incremental' if incremental else 'whole-path'})"
         self._ids = itertools.count()
         self._step_ids: dict[str, list[int]] = {}  # steps recur every iteration of a search
 
@@ -53,13 +69,28 @@ class SimVerifier(Verifier):
             ids += enc
         return ids[: self.engine.max_model_len]
 
+    def _waves(self, requests: list[ScoreRequest]) -> list[list[list[int]]]:
+        """The prefills of a scoring call, in waves: one whole path per request, or (in
+        incremental mode) the path cut after its k-th new step in wave k."""
+        if not self.incremental:
+            return [[self.input_ids(r) for r in requests]]
+        depth = max((len(r.steps) - r.start for r in requests), default=0)
+        return [[self.input_ids(ScoreRequest(r.problem, r.steps[: r.start + w + 1], r.start + w))
+                 for r in requests if r.start + w < len(r.steps)] for w in range(depth)]
+
     def score(self, requests: list[ScoreRequest]) -> list[list[float]]:
         if requests and self.offload_s:
             self.engine.clock.advance(self.offload_s)
+        for wave in self._waves(requests):
+            self._prefill(wave)
+        return [self.workload.score_steps(r.problem, r.steps)[r.start:] for r in requests]
+
+    def _prefill(self, prompts: list[list[int]]) -> None:
+        """Run `prompts` through the engine to completion; on any error, free what is left."""
         pending = {}
         try:
-            for req in requests:
-                seq = SimSequence(f"v{next(self._ids)}", self.input_ids(req))
+            for ids in prompts:
+                seq = SimSequence(f"v{next(self._ids)}", ids)
                 pending[seq.seq_id] = seq
                 self.engine.add(seq)
             while pending:
@@ -73,7 +104,9 @@ class SimVerifier(Verifier):
             for seq in pending.values():
                 self.engine.finish(seq)
             raise
-        return [self.workload.score_steps(r.problem, r.steps)[r.start:] for r in requests]
+
+    def cache_stats(self) -> CacheStats:
+        return self.engine.cache_stats()
 
     def now(self) -> float:
         return self.engine.clock.t

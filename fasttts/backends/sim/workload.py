@@ -220,7 +220,10 @@ class Workload:
 
         A step's tokens are a function of (seed, the path before the step) only, so a
         sequence resumed in the middle of a step (a speculative head start, a preempted
-        sequence) continues exactly where the same seed would have gone.
+        sequence) continues exactly where the same seed would have gone. A partial step longer
+        than the step the seed would write (a sibling's speculative text inherited as a head
+        start) is ended with the step's own ending (the delimiter, or the final answer), as a
+        real model finishes the step it is in: a step never merges into the next.
 
         Raises:
             ValueError: `token_ids` is not a prompt from the simulator's chat template.
@@ -248,9 +251,9 @@ class Workload:
                     + [tok.EOS]) if final else _DELIM
             step += [_WORDS[rng.randrange(len(_WORDS))] for _ in range(max(0, length - 1 - len(tail)))]
             step += tail
-            if skip:
+            if skip:  # resumed inside this step: continue to its own end, never past it
                 ids = list(token_ids)
-                step, skip = step[skip:], 0
+                step, skip = step[skip if skip < len(step) else len(step) - len(tail):], 0
             yield from step
             if final:
                 return

