@@ -7,9 +7,9 @@ import pytest
 from fasttts.backends.sim import build_sim
 from fasttts.config import (EngineConfig, RunConfig, RuntimeConfig, SearchConfig, SimConfig,
                             VerifierConfig)
-from fasttts.runtime.loop import SearchRunner
 from fasttts.verifiers import IncrementalNotSupported, build_verifier
 from fasttts.verifiers.base import ScoreRequest
+from tests.test_spec_beam_extension import _run
 
 MiB = 1 << 20
 PROBLEM = "Let x + 1/x = 3. Find x^3 + 1/x^3."
@@ -20,16 +20,6 @@ def _cfg(runtime=RuntimeConfig(), n=16, **sim):
                      verifier=VerifierConfig(engine=EngineConfig(model="math-shepherd-7b")),
                      search=SearchConfig(n=n, beam_width=4, seed=2), sim=SimConfig(**sim),
                      runtime=runtime)
-
-
-def _search(runtime, n=16, **sim):
-    cfg = _cfg(runtime, n, **sim)
-    gen, ver = build_sim(cfg)
-    picked = []
-    runner = SearchRunner(gen, ver, cfg.search, runtime=cfg.runtime,
-                          on_select=lambda it, kept: picked.append(
-                              [(b.beam_id, b.text, tuple(b.step_scores)) for b in kept]))
-    return picked, runner.run(PROBLEM, "p"), ver
 
 
 def test_whole_path_prefills_every_path_and_reads_no_cache():
@@ -61,8 +51,8 @@ def test_incremental_reads_the_prefix_and_scores_the_same():
 
 
 def test_same_selections_every_iteration_with_incremental_on_or_off():
-    off, r_off, _ = _search(RuntimeConfig())
-    on, r_on, _ = _search(RuntimeConfig(incremental_verification=True))
+    off, _, r_off, _ = _run(RuntimeConfig(), PROBLEM)
+    on, _, r_on, _ = _run(RuntimeConfig(incremental_verification=True), PROBLEM)
     assert len(off) >= 3 and off == on
     assert [b.text for b in r_off.completions] == [b.text for b in r_on.completions]
     # what changes is the price: the verifier reads its cache and takes less time
