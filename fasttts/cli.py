@@ -324,6 +324,9 @@ def _print_summary(summary: dict, args: argparse.Namespace) -> None:
         t.add_row("generation batch occupancy", f"{summary['batch_occupancy']:.2f}")
     if summary.get("prefix_cache_hit_rate") is not None:
         t.add_row("generator prefix-cache hit rate", f"{summary['prefix_cache_hit_rate']:.2f}")
+    if summary.get("verifier_prefix_cache_hit_rate") is not None:
+        t.add_row("verifier prefix-cache hit rate",
+                  f"{summary['verifier_prefix_cache_hit_rate']:.2f}")
     Console().print(t)
 
 
