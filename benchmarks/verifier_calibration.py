@@ -103,7 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="runs/verifier-calibration.json")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--points", default=None, metavar="BxSxW,...",
+                   help="grid points: B paths x S steps x W words per step (default: the grid)")
     args = p.parse_args(argv)
+    grid = ([tuple(int(x) for x in pt.split("x")) for pt in args.points.split(",")]
+            if args.points else GRID)
     from fasttts.models.derived import math_shepherd_checkpoint
     from fasttts.verifiers.math_shepherd import MathShepherdVerifier
 
@@ -115,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                                  batch_size=64, incremental=incremental)
         try:
             _point(v, incremental, 2, 3, 40, 99)  # warm-up
-            for batch, steps, words in GRID:
+            for batch, steps, words in grid:
                 runs = [_point(v, incremental, batch, steps, words, 1000 * r + batch)
                         for r in range(args.repeats)]
                 measured = statistics.median(r[0] for r in runs)
