@@ -324,8 +324,8 @@ def _print_summary(summary: dict, args: argparse.Namespace) -> None:
     from rich.text import Text
 
     clock = summary.get("clock")
-    where = (f"simulated {args.hardware}, virtual-clock s" if clock == "simulated"
-             else "wall-clock s")
+    where = (f"simulated {args.hardware}, virtual-clock seconds" if clock == "simulated"
+             else "wall-clock seconds")
     t = _table(f"{args.method} n={args.n} on {args.dataset}, {summary['num_problems']} problems")
     t.add_column("metric")
     t.add_column("value", justify="right")
