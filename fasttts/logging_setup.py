@@ -117,7 +117,6 @@ def _set_harmless_filters(on: bool) -> None:
             setattr(logger, _FILTER_ATTR, new)
 
 
-
 class _Stderr(logging.StreamHandler):
     """A handler that writes to the current `sys.stderr` (also after it is replaced)."""
 
@@ -126,11 +125,11 @@ class _Stderr(logging.StreamHandler):
 
 def log_to_stderr(level: str = "quiet") -> None:
     """Show fasttts's own INFO lines (the server's start, ready and access-log lines) on
-    stderr, with the time; DEBUG lines too at level "debug". The command line calls it once;
-    a Python program configures `logging` itself."""
+    stderr, with the time: only errors at level "error", DEBUG lines too at "debug". The
+    command line calls it; a Python program configures `logging` itself."""
     logger = logging.getLogger("fasttts")
     if not any(isinstance(h, _Stderr) for h in logger.handlers):
         handler = _Stderr()
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S"))
         logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG if level == "debug" else logging.INFO)
+    logger.setLevel({"error": logging.ERROR, "debug": logging.DEBUG}.get(level, logging.INFO))
