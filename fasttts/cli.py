@@ -247,6 +247,8 @@ def _print_solution(record: dict) -> None:
         return
     best = record["completions"][0]
     console.rule(f"first returned path (score {best['score']:.3f})")
+    if record.get("clock") == "simulated":
+        console.print("simulated backend: the texts are synthetic, the times virtual", style="dim")
     table = Table("step", "PRM score", "text", show_lines=True)
     steps, scores = split_steps(best["text"]), best["step_scores"]
     for i, step in enumerate(steps, start=1):
