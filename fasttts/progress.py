@@ -5,7 +5,7 @@ A search can run for minutes on a CPU; `SearchRunner.run(..., on_progress=callba
 callback once per iteration with an `IterationProgress`, and `SearchStatus` turns those into a
 tqdm status line under the problems bar:
 
-    problem test/algebra/1234: iteration 3/40, live 4, finished 2, 1180 tokens [00:41]
+    problem test/algebra/1234: iteration 3/40, live 4, finished 2, 1180 tokens, 41 s
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ class IterationProgress:
             keeps the best of them).
         finished: paths completed so far.
         tokens: tokens generated so far, pruned paths included.
+        elapsed_s: search time so far on the backend's clock (s; virtual on the simulator).
     """
 
     problem_key: str
@@ -36,10 +37,12 @@ class IterationProgress:
     live: int
     finished: int
     tokens: int
+    elapsed_s: float = 0.0
 
     def describe(self) -> str:
-        """One line: "live 4, finished 2, 1180 tokens"."""
-        return f"live {self.live}, finished {self.finished}, {self.tokens} tokens"
+        """One line: "live 4, finished 2, 1180 tokens, 41 s"."""
+        return (f"live {self.live}, finished {self.finished}, {self.tokens} tokens, "
+                f"{self.elapsed_s:.0f} s")
 
 
 class SearchStatus:
@@ -54,7 +57,7 @@ class SearchStatus:
         disable: no output at all.
     """
 
-    BAR_FORMAT = "{desc}: iteration {n}/{total}{postfix} [{elapsed}]"
+    BAR_FORMAT = "{desc}: iteration {n}/{total}{postfix}"
 
     def __init__(self, position: int = 0, label: str | None = None, file=None,
                  disable: bool = False):

@@ -217,7 +217,8 @@ class SearchRunner:
             completed += finished
             if on_progress is not None:
                 on_progress(IterationProgress(problem_key, iteration, strategy.num_iterations,
-                                              len(live), len(completed), trace.tokens))
+                                              len(live), len(completed), trace.tokens,
+                                              t2 - start))
             if not live:
                 break
             kept = strategy.select(live, finished)
