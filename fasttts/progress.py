@@ -70,10 +70,11 @@ class SearchStatus:
 
         desc = self.label or f"problem {p.problem_key}"
         if self.bar is None:
+            # miniters=1: every iteration is shown (tqdm would otherwise skip some)
             self.bar = tqdm(total=p.max_iterations, initial=p.iteration + 1, desc=desc,
-                            postfix=p.describe(),
-                            position=self.position, leave=False, file=self.file or sys.stderr,
-                            disable=self.disable, bar_format=self.BAR_FORMAT, mininterval=0.2,
+                            postfix=p.describe(), position=self.position, leave=False,
+                            file=self.file or sys.stderr, disable=self.disable,
+                            bar_format=self.BAR_FORMAT, miniters=1, mininterval=0.2,
                             dynamic_ncols=True)
         elif p.problem_key != self.key:
             self.bar.set_description_str(desc, refresh=False)
