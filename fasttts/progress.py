@@ -70,19 +70,21 @@ class SearchStatus:
 
         desc = self.label or f"problem {p.problem_key}"
         if self.bar is None:
-            # miniters=1: every iteration is shown (tqdm would otherwise skip some)
+            # miniters=1: refreshes are throttled by time only (tqdm would also skip by count)
             self.bar = tqdm(total=p.max_iterations, initial=p.iteration + 1, desc=desc,
                             postfix=p.describe(), position=self.position, leave=False,
                             file=self.file or sys.stderr, disable=self.disable,
                             bar_format=self.BAR_FORMAT, miniters=1, mininterval=0.2,
                             dynamic_ncols=True)
-        elif p.problem_key != self.key:
+        else:
             self.bar.set_description_str(desc, refresh=False)
             self.bar.set_postfix_str(p.describe(), refresh=False)
-            self.bar.reset(total=p.max_iterations)
+            if p.problem_key != self.key:  # a new problem: shown at once, from its iteration
+                self.bar.total, self.bar.n = p.max_iterations, p.iteration + 1
+                self.bar.refresh()
+            else:  # throttled to one refresh per 0.2 s (the simulator runs ~100 iterations/s)
+                self.bar.update(p.iteration + 1 - self.bar.n)
         self.key = p.problem_key
-        self.bar.set_postfix_str(p.describe(), refresh=False)
-        self.bar.update(p.iteration + 1 - self.bar.n)
 
     def close(self) -> None:
         """Clear the status line."""
