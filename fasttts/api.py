@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fasttts.backends.base import GeneratorBackend
 from fasttts.config import RunConfig, SearchConfig
+from fasttts.logging_setup import configure as configure_logging
 from fasttts.runtime.loop import SearchResult, SearchRunner
 from fasttts.search import make_strategy
 from fasttts.verifiers import Verifier, build_verifier
@@ -49,6 +50,7 @@ class FastTTS:
         verifier: Verifier | None = None,
     ):
         make_strategy(config.search)
+        configure_logging()  # quiet by default; $FASTTTS_LOG_LEVEL shows the libraries' noise
         self.plan = None
         self.replanner = None
         self.replans: list = []
@@ -94,7 +96,7 @@ class FastTTS:
                             self.config.verifier.agg_strategy, self.config.runtime)
 
     def solve(self, problem: str, problem_id: str = "problem",
-              search: SearchConfig | None = None) -> SearchResult:
+              search: SearchConfig | None = None, on_progress=None) -> SearchResult:
         """Run the search on one problem.
 
         Args:
@@ -103,6 +105,8 @@ class FastTTS:
             search: this problem's search configuration (another n, method, ...); default the
                 configuration's. With the memory planner on, the plan follows each problem's
                 n and the measured path lengths (`fasttts.runtime.replan`).
+            on_progress: called with a `fasttts.progress.IterationProgress` after each
+                iteration (e.g. a `fasttts.progress.SearchStatus` status line).
 
         Raises:
             ValueError: an empty problem. PromptTooLongError: the prompt does not fit the
@@ -114,7 +118,7 @@ class FastTTS:
         if self.replanner is not None:
             self._replan(self.config.model_copy(update={"search": search or self.runner.cfg}))
         runner = self.runner if search is None else self._runner(search)
-        result = runner.run(problem, problem_id)
+        result = runner.run(problem, problem_id, on_progress=on_progress)
         if self.replanner is not None:
             self.replanner.observe_result(result, runner.cfg)
         return result

