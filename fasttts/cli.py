@@ -395,12 +395,22 @@ def _cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def _server_limits(args: argparse.Namespace, cfg):
+    """The `ServerLimits` of `fasttts serve`: the models are served under the
+    --served-model-name names, else under the generator's name (vLLM's convention)."""
+    from fasttts.serve.protocol import ServerLimits
+
+    return ServerLimits(served_model_names=tuple(args.served_model_name or (cfg.generator.model,)),
+                        max_n=args.max_n, max_tokens=args.max_tokens_limit,
+                        max_prompt_chars=args.max_prompt_chars,
+                        max_body_bytes=args.max_request_bytes)
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from fasttts.serve import build_state
     from fasttts.serve.app import create_app
-    from fasttts.serve.protocol import ServerLimits
 
     cfg = _run_config(args)
     extra = {k: v for k, v in (("tensor_parallel_size", args.tensor_parallel_size),
@@ -409,14 +419,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         cfg = cfg.model_copy(update={
             "generator": cfg.generator.model_copy(update={
                 "extra_engine_args": {**cfg.generator.extra_engine_args, **extra}})})
-    limits = ServerLimits(served_model_name=args.served_model_name, max_n=args.max_n,
-                          max_tokens=args.max_tokens_limit, max_prompt_chars=args.max_prompt_chars)
+    limits = _server_limits(args, cfg)
     _check_models(cfg)
     api_key = args.api_key or os.environ.get("FASTTTS_API_KEY") or None
     state = build_state(cfg, limits, api_key=api_key, max_active=args.max_active_requests,
                         max_queue=args.max_queue, request_timeout_s=args.request_timeout)
     try:
-        uvicorn.run(create_app(state), host=args.host, port=args.port, log_level="warning")
+        uvicorn.run(create_app(state), host=args.host, port=args.port, log_level="warning",
+                    timeout_graceful_shutdown=args.shutdown_timeout)
     finally:
         state.scheduler.close()
         state.hub.close()
@@ -469,13 +479,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=None,
                    help="bearer token clients must send (default: $FASTTTS_API_KEY, else none)")
-    p.add_argument("--served-model-name", default="fasttts",
-                   help="the model name clients send (default: %(default)s)")
+    p.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
+                   help="the model names clients may send, as vLLM's flag; responses name the "
+                        "requested one (default: the --generator name)")
     p.add_argument("--max-n", type=int, default=64, help="most paths per request (tts.n)")
     p.add_argument("--max-tokens-limit", type=int, default=4096,
                    help="most tokens per path a request may ask for")
     p.add_argument("--max-prompt-chars", type=int, default=8000,
-                   help="most characters of a problem")
+                   help="most characters of a problem and its system prompt together")
+    p.add_argument("--max-request-bytes", type=parse_size, default="1MiB", metavar="SIZE",
+                   help="most bytes of a request body; larger ones get 413 before they are "
+                        "read or parsed (default: %(default)s)")
+    p.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="on SIGTERM / Ctrl-C, seconds in-flight requests may finish before "
+                        "they are cancelled (default: %(default)s)")
     p.add_argument("--max-active-requests", type=int, default=4,
                    help="most requests searching at once (default: %(default)s)")
     p.add_argument("--max-queue", type=int, default=64,

@@ -115,6 +115,7 @@ class Job:
         future: resolves to the `SearchResult` (or the error).
         id: request id (set on submission).
         submitted, started: wall-clock times (s, time.monotonic).
+        model: the served model name the request asked for (responses echo it).
     """
 
     problem: str
@@ -127,6 +128,7 @@ class Job:
     started: float | None = None
     view: GeneratorView | None = None
     cancelled: bool = False
+    model: str = ""
 
 
 class Scheduler:
