@@ -16,6 +16,8 @@ import argparse
 import os
 import re
 import sys
+import threading
+import time
 import warnings
 
 __all__ = ["main", "parse_size"]
@@ -395,6 +397,19 @@ def _cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Seconds uvicorn waits, after the drain limit, for the cancelled requests to answer.
+_DRAIN_GRACE_S = 5.0
+
+
+def _drain(server, scheduler, timeout_s: float) -> None:
+    """Once the server is told to stop (SIGTERM, Ctrl-C), give in-flight requests `timeout_s`
+    seconds, then cancel them all (they answer 503) so the server exits."""
+    while not server.should_exit:
+        time.sleep(0.1)
+    time.sleep(timeout_s)
+    scheduler.close()
+
+
 def _server_limits(args: argparse.Namespace, cfg):
     """The `ServerLimits` of `fasttts serve`: the models are served under the
     --served-model-name names, else under the generator's name (vLLM's convention)."""
@@ -424,9 +439,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     api_key = args.api_key or os.environ.get("FASTTTS_API_KEY") or None
     state = build_state(cfg, limits, api_key=api_key, max_active=args.max_active_requests,
                         max_queue=args.max_queue, request_timeout_s=args.request_timeout)
+    server = uvicorn.Server(uvicorn.Config(
+        create_app(state), host=args.host, port=args.port, log_level="warning",
+        timeout_graceful_shutdown=args.shutdown_timeout + _DRAIN_GRACE_S))
+    threading.Thread(target=_drain, args=(server, state.scheduler, args.shutdown_timeout),
+                     name="fasttts-drain", daemon=True).start()
     try:
-        uvicorn.run(create_app(state), host=args.host, port=args.port, log_level="warning",
-                    timeout_graceful_shutdown=args.shutdown_timeout)
+        server.run()
     finally:
         state.scheduler.close()
         state.hub.close()

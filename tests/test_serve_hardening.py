@@ -230,3 +230,46 @@ def test_the_cli_serves_the_generator_name_by_default():
     got = limits(args)
     assert got.served_model_names == ("a", "b") and got.max_body_bytes == 2 << 20
     assert args.shutdown_timeout == 5
+
+
+def test_sigterm_cancels_in_flight_requests_after_the_drain_limit(tmp_path):
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "fasttts.cli", "serve", "--backend", "sim", "--port", str(port),
+         "--shutdown-timeout", "1", "--max-n", "512"],
+        env={**os.environ, "PYTHONPATH": os.getcwd()}, stderr=subprocess.DEVNULL)
+    base, got = f"http://127.0.0.1:{port}", {}
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{base}/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        long = _chat(max_tokens=4096, tts={"method": "beam_search", "n": 512, "beam_width": 4,
+                                           "num_iterations": 200})
+        t = threading.Thread(target=lambda: got.update(
+            r=httpx.post(f"{base}{CHAT}", json=long, timeout=60)))
+        t.start()
+        time.sleep(1.5)
+        start = time.monotonic()
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
+        t.join(timeout=30)
+        assert time.monotonic() - start < 6  # 1 s drain limit, not the 1800 s request timeout
+        _assert_clean(got["r"], 503, "the server is shutting down")
+    finally:
+        server.kill()

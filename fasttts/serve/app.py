@@ -221,6 +221,9 @@ def create_app(state: ServerState) -> FastAPI:
             return _error(400, str(exc), "invalid_request_error", getattr(exc, "param", None))
         if isinstance(exc, EngineFailure):
             return _error(503, str(exc), "service_unavailable")
+        if isinstance(exc, RequestCancelled) and state.scheduler.closed:
+            return _error(503, "the server is shutting down; the request was cancelled, retry "
+                               "it elsewhere or later", "service_unavailable")
         if isinstance(exc, RequestCancelled):
             return _error(504, f"request timed out after {state.scheduler.request_timeout_s} s "
                                f"and was cancelled", "timeout")

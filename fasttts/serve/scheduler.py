@@ -171,6 +171,11 @@ class Scheduler:
         self._watchdog.start()
 
     @property
+    def closed(self) -> bool:
+        """Whether `close` was called (new requests are refused, running ones cancelled)."""
+        return self._closed
+
+    @property
     def queue_length(self) -> int:
         """Requests waiting for admission."""
         return len(self._queue)
