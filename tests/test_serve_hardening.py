@@ -273,3 +273,16 @@ def test_sigterm_cancels_in_flight_requests_after_the_drain_limit(tmp_path):
         _assert_clean(got["r"], 503, "the server is shutting down")
     finally:
         server.kill()
+
+
+@pytest.mark.slow
+def test_memory_stays_flat_under_large_bodies_without_a_token():
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "benchmarks/memory_flat.py", "--bodies", "10",
+                          "--mib", "100", "--max-growth-mib", "50"], capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "10 x 413, 10 x 401" in out.stdout
