@@ -337,11 +337,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     hw = load_hardware(args.hardware)
     gen, ver = load_model(args.generator), load_model(args.verifier)
     sim = SimConfig(hardware=args.hardware, memory_fraction=args.memory_fraction)
-    if args.kv_budget:
-        budget = args.kv_budget
-    else:
-        split = static_split(hw, gen, ver, sim)
-        budget = split.generator_kv + split.verifier_kv
+    split = static_split(hw, gen, ver, sim)
+    room = split.generator_kv + split.verifier_kv  # what the weights and reserves leave
+    if args.kv_budget and args.kv_budget > room:
+        raise ValueError(f"--kv-budget {args.kv_budget / 2**30:.2f} GiB does not fit: "
+                         f"{args.memory_fraction} x {hw.name} memory leaves {room / 2**30:.2f} "
+                         f"GiB after the weights and activation reserve; give at most that")
+    budget = args.kv_budget or room
     search = SearchConfig(method=args.method, n=args.n, beam_width=args.beam_width)
     shape = search_shape(search, min(args.verifier_len, args.decode_len))
     inp = PlanInput(memory_bytes=budget, generator=gen, verifier=ver, hardware=hw,
