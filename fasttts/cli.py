@@ -263,7 +263,7 @@ def _print_solution(record: dict) -> None:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from fasttts.api import FastTTS
-    from fasttts.eval.datasets import load_dataset
+    from fasttts.eval.datasets import load_dataset, numeric_answers
     from fasttts.eval.runner import ResultStore, run_eval
     from fasttts.search import make_strategy
 
@@ -287,7 +287,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                 if cfg.backend == "sim":
                     tts.set_reference(p.problem, p.answer, problem_difficulty(
                         args.dataset, p.problem, p.meta.get("level")))
-            summary = run_eval(problems, lambda p: tts.solve(p.problem, p.id), store)
+            summary = run_eval(problems, lambda p: tts.solve(p.problem, p.id), store,
+                               numeric=numeric_answers(load_dataset(args.dataset)))
     else:
         summary = store.summary_of({p.id for p in problems})
     if summary:

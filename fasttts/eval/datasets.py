@@ -21,12 +21,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DATASETS", "DatasetError", "Problem", "load_dataset"]
+__all__ = ["DATASETS", "DatasetError", "Problem", "load_dataset", "numeric_answers"]
 
 DATASETS: tuple[str, ...] = ("aime24", "amc23", "math500", "gsm8k")
 """Names of the datasets packaged with fasttts, accepted by :func:`load_dataset`."""
@@ -126,6 +127,16 @@ def load_dataset(
 
     end = None if limit is None else offset + limit
     return problems[offset:end]
+
+
+_PLAIN_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
+
+
+def numeric_answers(problems: list[Problem]) -> bool:
+    """Whether every reference answer is a plain number (``204``, ``27.0``, ``2,125``, ``-3``):
+    true for GSM8K, AIME and AMC, false for MATH-500. Such datasets may grade a completion's
+    last number when it states no answer (`fasttts.eval.grading.find_answer`)."""
+    return bool(problems) and all(_PLAIN_NUMBER.fullmatch(p.answer.strip()) for p in problems)
 
 
 class _NonFinite(ValueError):

@@ -19,7 +19,7 @@ import statistics
 from collections.abc import Sequence
 
 from fasttts.beam import Beam
-from fasttts.eval.grading import extract_answer, is_equivalent
+from fasttts.eval.grading import find_answer, is_equivalent
 from fasttts.eval.voting import best_of, majority_vote, pass_at_n, weighted_vote
 from fasttts.runtime.loop import SearchResult
 
@@ -61,20 +61,23 @@ def percentile(values: Sequence[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def problem_record(result: SearchResult, gold: str | None, problem: str = "") -> dict:
+def problem_record(result: SearchResult, gold: str | None, problem: str = "",
+                   numeric: bool = False) -> dict:
     """The per-problem record (one JSONL line of `fasttts eval`).
 
     Args:
         result: the problem's search result.
         gold: the reference answer, or None when unknown (`fasttts solve`).
         problem: the problem text, stored for reference.
+        numeric: the dataset's answers are all numbers: a completion without a boxed or
+            stated answer answers its last number (`fasttts.eval.grading.find_answer`).
 
     Returns:
         A JSON-serialisable dict: predictions by each vote, correctness (None without gold),
         timing, goodput, token counts, cache statistics, and the completions with step scores.
     """
     beams = result.completions
-    answers = [extract_answer(b.text) for b in beams]
+    answers = [find_answer(b.text, numeric) for b in beams]
     weights = [b.score for b in beams]
     preds = {
         "majority": majority_vote(answers),

@@ -231,6 +231,7 @@ def run_eval(
     solve: Callable[[Problem], object],
     store: ResultStore,
     progress: bool = True,
+    numeric: bool = False,
 ) -> dict | None:
     """Solve every problem not yet in `store` and append its record.
 
@@ -239,6 +240,8 @@ def run_eval(
         solve: returns the `SearchResult` of one problem.
         store: the output folder.
         progress: show a tqdm progress bar.
+        numeric: the dataset's answers are all numbers (`fasttts.eval.datasets.numeric_answers`):
+            allows the last-number answer fallback.
 
     Returns:
         The summary over the records of `problems` (None if there are none).
@@ -250,7 +253,7 @@ def run_eval(
                desc="problems", unit="problem")
     try:
         for p in todo:
-            record = problem_record(solve(p), p.answer, p.problem)
+            record = problem_record(solve(p), p.answer, p.problem, numeric)
             acc = store.append(record)["accuracy"]
             bar.update(1)
             if acc:
