@@ -23,7 +23,7 @@ from fasttts.eval.grading import find_answer, is_equivalent
 from fasttts.eval.voting import best_of, majority_vote, pass_at_n, weighted_vote
 from fasttts.runtime.loop import SearchResult
 
-__all__ = ["percentile", "precise_goodput", "problem_record", "summarize"]
+__all__ = ["percentile", "precise_goodput", "problem_record", "summarize", "vote_and_grade"]
 
 
 def precise_goodput(beams: Sequence[Beam]) -> float:
@@ -61,6 +61,24 @@ def percentile(values: Sequence[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
+def vote_and_grade(answers: Sequence[str | None], weights: Sequence[float], gold: str | None,
+                   answer_rule: str) -> tuple[dict, dict | None]:
+    """The predictions of each vote over one problem's completion answers and their
+    correctness: ({"majority", "weighted", "best"}, {the same, "pass@n", "answer"} or None
+    without `gold`); "answer" is the correctness of the `answer_rule` vote."""
+    preds = {
+        "majority": majority_vote(answers),
+        "weighted": weighted_vote(answers, weights) if answers else None,
+        "best": best_of(answers, weights) if answers else None,
+    }
+    correct = None
+    if gold is not None:
+        correct = {k: is_equivalent(v, gold) for k, v in preds.items()}
+        correct["pass@n"] = pass_at_n(answers, gold)
+        correct["answer"] = correct[answer_rule]
+    return preds, correct
+
+
 def problem_record(result: SearchResult, gold: str | None, problem: str = "",
                    numeric: bool = False) -> dict:
     """The per-problem record (one JSONL line of `fasttts eval`).
@@ -78,17 +96,7 @@ def problem_record(result: SearchResult, gold: str | None, problem: str = "",
     """
     beams = result.completions
     answers = [find_answer(b.text, numeric) for b in beams]
-    weights = [b.score for b in beams]
-    preds = {
-        "majority": majority_vote(answers),
-        "weighted": weighted_vote(answers, weights) if beams else None,
-        "best": best_of(answers, weights) if beams else None,
-    }
-    correct = None
-    if gold is not None:
-        correct = {k: is_equivalent(v, gold) for k, v in preds.items()}
-        correct["pass@n"] = pass_at_n(answers, gold)
-        correct["answer"] = correct[result.answer_rule]
+    preds, correct = vote_and_grade(answers, [b.score for b in beams], gold, result.answer_rule)
     cache = result.cache
     return {
         "id": result.problem_key,
