@@ -16,7 +16,8 @@ from fasttts.config import EngineConfig
 from fasttts.serve import build_state
 from fasttts.serve.app import create_app
 from fasttts.serve.protocol import ServerLimits
-from tests.test_serve import MODEL, PROBLEM, _blocks, _cfg, _chat, client, state  # noqa: F401
+from tests.test_serve import (MODEL, PROBLEM, _blocks, _cfg, _chat, _free_port, client,  # noqa: F401
+                              state)
 
 KEY = "s3cret-ключ"  # a non-ASCII key must work too
 
@@ -235,7 +236,6 @@ def test_the_cli_serves_the_generator_name_by_default():
 def test_sigterm_cancels_in_flight_requests_after_the_drain_limit(tmp_path):
     import os
     import signal
-    import socket
     import subprocess
     import sys
     import threading
@@ -243,9 +243,7 @@ def test_sigterm_cancels_in_flight_requests_after_the_drain_limit(tmp_path):
 
     import httpx
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = _free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "fasttts.cli", "serve", "--backend", "sim", "--port", str(port),
          "--shutdown-timeout", "1", "--max-n", "512"],
