@@ -16,8 +16,8 @@ Endpoints:
 
 Every error uses OpenAI's shape `{"error": {"message", "type", "param", "code"}}` (FastAPI's
 own 404 / 405 too): 422 for a malformed body (each bad field named), 400 for a request the
-server cannot serve, 401 without the bearer token (when one is configured: every path but
-`/health`, `/docs` and `/openapi.json` included), 413 for a body over the size limit (both
+server cannot serve, 401 without the bearer token (when one is configured; on every path
+but `/health`, so `/docs` and `/openapi.json` too), 413 for a body over the size limit (both
 checked before the body is read, `fasttts.serve.guard`), 429 when the queue is full, 503 when
 the engine failed under the request (it is restarted), 504 past the request timeout, 500 for
 a server bug (counted in `fasttts_requests_total` like every other status). A streaming
