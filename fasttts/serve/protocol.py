@@ -60,7 +60,7 @@ class ServerLimits(_Strict):
             or parsed (bytes).
     """
 
-    served_model_names: tuple[str, ...] = ()
+    served_model_names: tuple[str, ...] = Field(default=(), strict=False)  # a list is fine
     max_n: int = Field(default=64, gt=0)
     max_tokens: int = Field(default=4096, gt=0)
     max_prompt_chars: int = Field(default=8000, gt=0)
