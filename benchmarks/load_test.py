@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     base = f"http://127.0.0.1:{a.port}"
     cmd = [sys.executable, "-m", "fasttts.cli", "serve", "--host", "127.0.0.1", "--port",
-           str(a.port), *shlex.split(a.serve_args)]
+           str(a.port), "--served-model-name", "fasttts", *shlex.split(a.serve_args)]
     log = open(out / "server.log", "w")
     server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
     try:

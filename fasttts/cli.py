@@ -21,6 +21,9 @@ import re
 import shutil
 import sys
 import textwrap
+import threading
+import time
+import warnings
 
 __all__ = ["main", "parse_size"]
 
@@ -278,7 +281,7 @@ def _print_solution(record: dict) -> None:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from fasttts.api import FastTTS
-    from fasttts.eval.datasets import load_dataset
+    from fasttts.eval.datasets import load_dataset, numeric_answers
     from fasttts.eval.runner import ResultStore, run_eval
     from fasttts.search import make_strategy
 
@@ -308,7 +311,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                     tts.set_reference(p.problem, p.answer, problem_difficulty(
                         args.dataset, p.problem, p.meta.get("level")))
             summary = run_eval(problems, lambda p: tts.solve(p.problem, p.id,
-                                                             on_progress=status), store)
+                                                             on_progress=status), store,
+                               numeric=numeric_answers(load_dataset(args.dataset)))
     else:
         summary = store.summary_of({p.id for p in problems})
     if summary:
@@ -370,11 +374,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     hw = load_hardware(args.hardware)
     gen, ver = load_model(args.generator), load_model(args.verifier)
     sim = SimConfig(hardware=args.hardware, memory_fraction=args.memory_fraction)
-    if args.kv_budget:
-        budget = args.kv_budget
-    else:
-        split = static_split(hw, gen, ver, sim)
-        budget = split.generator_kv + split.verifier_kv
+    split = static_split(hw, gen, ver, sim)
+    room = split.generator_kv + split.verifier_kv  # what the weights and reserves leave
+    if args.kv_budget and args.kv_budget > room:
+        raise ValueError(f"--kv-budget {args.kv_budget / 2**30:.2f} GiB does not fit: "
+                         f"{args.memory_fraction} x {hw.name} memory leaves {room / 2**30:.2f} "
+                         f"GiB after the weights and activation reserve; give at most that")
+    budget = args.kv_budget or room
     search = SearchConfig(method=args.method, n=args.n, beam_width=args.beam_width)
     shape = search_shape(search, min(args.verifier_len, args.decode_len))
     inp = PlanInput(memory_bytes=budget, generator=gen, verifier=ver, hardware=hw,
@@ -435,6 +441,30 @@ def _cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Seconds uvicorn waits, after the drain limit, for the cancelled requests to answer.
+_DRAIN_GRACE_S = 5.0
+
+
+def _drain(server, scheduler, timeout_s: float) -> None:
+    """Once the server is told to stop (SIGTERM, Ctrl-C), give in-flight requests `timeout_s`
+    seconds, then cancel them all (they answer 503) so the server exits."""
+    while not server.should_exit:
+        time.sleep(0.1)
+    time.sleep(timeout_s)
+    scheduler.close()
+
+
+def _server_limits(args: argparse.Namespace, cfg):
+    """The `ServerLimits` of `fasttts serve`: the models are served under the
+    --served-model-name names, else under the generator's name (vLLM's convention)."""
+    from fasttts.serve.protocol import ServerLimits
+
+    return ServerLimits(served_model_names=tuple(args.served_model_name or (cfg.generator.model,)),
+                        max_n=args.max_n, max_tokens=args.max_tokens_limit,
+                        max_prompt_chars=args.max_prompt_chars,
+                        max_body_bytes=args.max_request_bytes)
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     import time
 
@@ -443,7 +473,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from fasttts.serve import build_state
     from fasttts.serve.access_log import ReadyServer, logger, start_line
     from fasttts.serve.app import create_app
-    from fasttts.serve.protocol import ServerLimits
 
     cfg = _run_config(args)
     extra = {k: v for k, v in (("tensor_parallel_size", args.tensor_parallel_size),
@@ -452,19 +481,21 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         cfg = cfg.model_copy(update={
             "generator": cfg.generator.model_copy(update={
                 "extra_engine_args": {**cfg.generator.extra_engine_args, **extra}})})
-    limits = ServerLimits(served_model_name=args.served_model_name, max_n=args.max_n,
-                          max_tokens=args.max_tokens_limit, max_prompt_chars=args.max_prompt_chars)
+    limits = _server_limits(args, cfg)
     _check_models(cfg)
     api_key = args.api_key or os.environ.get("FASTTTS_API_KEY") or None
-    logger.info(start_line(cfg, [limits.served_model_name], f"http://{args.host}:{args.port}"))
+    logger.info(start_line(cfg, list(limits.served_model_names), f"http://{args.host}:{args.port}"))
     started = time.monotonic()
     state = build_state(cfg, limits, api_key=api_key, max_active=args.max_active_requests,
                         max_queue=args.max_queue, request_timeout_s=args.request_timeout)
-    server = ReadyServer(uvicorn.Config(create_app(state), host=args.host, port=args.port,
-                                        log_level="warning"),
-                         on_ready=lambda url: logger.info(
-                             f"ready: engines up in {time.monotonic() - started:.1f} s; "
-                             f"listening on {url} (POST /v1/chat/completions; Ctrl-C stops)"))
+    server = ReadyServer(uvicorn.Config(
+        create_app(state), host=args.host, port=args.port, log_level="warning",
+        timeout_graceful_shutdown=args.shutdown_timeout + _DRAIN_GRACE_S),
+        on_ready=lambda url: logger.info(
+            f"ready: engines up in {time.monotonic() - started:.1f} s; "
+            f"listening on {url} (POST /v1/chat/completions; Ctrl-C stops)"))
+    threading.Thread(target=_drain, args=(server, state.scheduler, args.shutdown_timeout),
+                     name="fasttts-drain", daemon=True).start()
     try:
         server.run()
     finally:
@@ -572,13 +603,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=None,
                    help="bearer token clients must send (default: $FASTTTS_API_KEY, else none)")
-    p.add_argument("--served-model-name", default="fasttts",
-                   help="the model name clients send (default: %(default)s)")
+    p.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
+                   help="the model names clients may send, as vLLM's flag; responses name the "
+                        "requested one (default: the --generator name)")
     p.add_argument("--max-n", type=int, default=64, help="most paths per request (tts.n)")
     p.add_argument("--max-tokens-limit", type=int, default=4096,
                    help="most tokens per path a request may ask for")
     p.add_argument("--max-prompt-chars", type=int, default=8000,
-                   help="most characters of a problem")
+                   help="most characters of a problem and its system prompt together")
+    p.add_argument("--max-request-bytes", type=parse_size, default="1MiB", metavar="SIZE",
+                   help="most bytes of a request body; larger ones get 413 before they are "
+                        "read or parsed (default: %(default)s)")
+    p.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="on SIGTERM / Ctrl-C, seconds in-flight requests may finish before "
+                        "they are cancelled (default: %(default)s)")
     p.add_argument("--max-active-requests", type=int, default=4,
                    help="most requests searching at once (default: %(default)s)")
     p.add_argument("--max-queue", type=int, default=64,

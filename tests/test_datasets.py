@@ -193,3 +193,11 @@ def test_duplicate_between_explicit_and_default_id(tmp_path):
 
 def test_dataset_error_is_value_error():
     assert issubclass(DatasetError, ValueError)
+
+
+def test_numeric_answer_datasets():
+    from fasttts.eval.datasets import numeric_answers
+
+    assert [numeric_answers(load_dataset(d)) for d in ("gsm8k", "aime24", "amc23", "math500")] \
+        == [True, True, True, False]
+    assert not numeric_answers([])

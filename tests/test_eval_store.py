@@ -6,7 +6,7 @@ import pytest
 
 from fasttts.config import SearchConfig
 from fasttts.eval.datasets import Problem
-from fasttts.eval.runner import OutputDirError, ResultStore, run_eval
+from fasttts.eval.runner import OutputDirError, ResultStore, ResultsFileWarning, run_eval
 from fasttts.runtime.loop import SearchRunner
 from tests.scripted import ScriptedGenerator, ScriptedVerifier
 
@@ -91,3 +91,48 @@ def test_output_dir_that_is_a_file_is_refused(tmp_path):
     f.write_text("x")
     with pytest.raises(OutputDirError, match="not a folder"):
         ResultStore(f, {})
+
+
+def _five_done(tmp_path):
+    problems = [Problem(id=f"q{i}", problem=f"problem {i}", answer=str(i), meta={})
+                for i in range(5)]
+    solve, _ = solver()
+    run_eval(problems, solve, ResultStore(tmp_path, {}), progress=False)
+    return problems
+
+
+@pytest.mark.parametrize("bad, why", [
+    ('{"id": "q1", garbled', "line 2: not JSON"),
+    ('[1, 2, 3]', "line 2: a JSON list, not an object"),
+    ('{"no_id": 1}', "line 2: no string 'id'"),
+    ('{"id": "q1"}', "line 2: not a problem record"),
+    ('"just a string"', "line 2: a JSON str, not an object"),
+])
+def test_damaged_line_in_the_middle_is_set_aside_and_later_records_kept(tmp_path, bad, why):
+    problems = _five_done(tmp_path)
+    path = tmp_path / "results.jsonl"
+    rows = path.read_text().splitlines()
+    rows[1] = bad
+    path.write_text("\n".join(rows) + "\n")
+    solve, calls = solver()
+    with pytest.warns(ResultsFileWarning, match=why):
+        store = ResultStore(tmp_path, {})
+    # only the first two problems are asked for now: every later record stays on disk
+    run_eval(problems[:2], solve, store, progress=False)
+    assert calls == ["q1"]
+    assert (tmp_path / "results.jsonl.bad").read_text() == bad + "\n"
+    assert sorted(r["id"] for r in lines(path)) == ["q0", "q1", "q2", "q3", "q4"]
+
+
+def test_stale_summary_and_trace_are_rewritten_when_nothing_is_left_to_do(tmp_path):
+    problems = _five_done(tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    trace = (tmp_path / "trace.jsonl").read_text()
+    # killed between appending the last result and rewriting the summary
+    (tmp_path / "summary.json").write_text(json.dumps({**summary, "num_problems": 4}))
+    (tmp_path / "trace.jsonl").write_text("".join(trace.splitlines(keepends=True)[:4]))
+    solve, calls = solver()
+    run_eval(problems, solve, ResultStore(tmp_path, {}), progress=False)
+    assert calls == []
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+    assert (tmp_path / "trace.jsonl").read_text() == trace

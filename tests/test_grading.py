@@ -8,6 +8,7 @@ from fasttts.eval.datasets import load_dataset
 from fasttts.eval.grading import (
     answer_key,
     extract_answer,
+    find_answer,
     grade,
     is_equivalent,
     normalize_answer,
@@ -109,7 +110,44 @@ def test_grade():
     assert grade("The total is \\boxed{2,125} dollars.", "2,125")
     assert grade("Meeting point: \\boxed{27} miles.", "27.0")
     assert not grade("First \\boxed{27}, on reflection \\boxed{28}.", "27.0")
-    assert not grade("The answer is 27.", "27.0")  # no box: not graded as correct
+    # no box: the stated answer counts (issue 16; it used to be graded wrong)
+    assert grade("The answer is 27.", "27.0")
+    assert not grade("I drove 27 miles, then 3 more.", "27.0")  # no stated answer, not numeric
+    assert not grade("I drove 27 miles, then 3 more.", "27.0", numeric=True)  # the last number
+
+
+@pytest.mark.parametrize(("gold", "pred"), [
+    ("\\frac{1}{2006!}", "\\frac{1}{2004!}"),  # Math-Verify issue #14: tiny values
+    ("10^{-31}", "10^{-30}"),
+    ("\\frac{1}{2^{99}}", "\\frac{1}{2^{98}}"),
+    ("10^{-30}", "0.0000000000000000000000000000011"),
+])
+def test_tiny_numbers_are_compared_relatively(gold, pred):
+    assert not is_equivalent(pred, gold)
+    assert not grade(f"so \\boxed{{{pred}}}", gold)
+    assert is_equivalent(gold, gold)
+
+
+def test_exact_and_decimal_forms_of_one_number_still_match():
+    assert is_equivalent("\\frac{2005 \\cdot 2006}{2006!}", "\\frac{1}{2004!}")
+    assert is_equivalent("0.000000000000000000000000000001", "10^{-30}")
+    assert is_equivalent("1267650600228229401496703205376", "2^{100}")
+
+
+@pytest.mark.parametrize(("text", "numeric", "expected"), [
+    ("The answer is **73**.", False, "73"),
+    ("Therefore, the answer is 73.", False, "73"),
+    ("So the final answer is $\\frac{1}{2}$.", False, "\\frac{1}{2}"),
+    ("The answer is: 3.5.", False, "3.5"),
+    ("The answer is 12, since 3 * 4 = 12.", False, "12"),
+    ("The answer is (3, 4).", False, "(3, 4)"),
+    ("The answer is \\boxed{9}. Or the answer is 8.", False, "9"),  # a box comes first
+    ("He has 5 apples and 2,125 pears.", True, "2,125"),  # the last number, numeric only
+    ("He has 5 apples and 2,125 pears.", False, None),
+    ("No number here.", True, None),
+])
+def test_find_answer_falls_back_in_the_documented_order(text, numeric, expected):
+    assert find_answer(text, numeric) == expected
 
 
 def test_normalize_answer():

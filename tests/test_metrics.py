@@ -68,3 +68,12 @@ def test_summarize_hand_computed():
     assert s["precise_goodput_tok_s"] == pytest.approx(5.0)  # 10 tokens / 2 s each
     with pytest.raises(ValueError):
         summarize([])
+
+
+def test_unboxed_answers_are_graded_by_the_fallbacks():
+    r = result_with([("so the answer is **7**.", 0.5), ("I count 3 cats and 7 dogs", 0.4)])
+    assert problem_record(r, "7")["pred"]["majority"] == "7"
+    assert problem_record(r, "7")["completions"][1]["answer"] is None  # no stated answer
+    numeric = problem_record(r, "7", numeric=True)
+    assert [c["answer"] for c in numeric["completions"]] == ["7", "7"]
+    assert numeric["correct"]["majority"] is True

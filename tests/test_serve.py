@@ -22,6 +22,7 @@ from fasttts.serve.protocol import ServerLimits
 from fasttts.serve.scheduler import Job
 
 PROBLEM = "What is 6 times 7?"
+MODEL = "qwen2.5-math-1.5b"  # the generator: served under its name, as vLLM does
 
 
 def _cfg() -> RunConfig:
@@ -46,7 +47,7 @@ def client(state):
 
 
 def _chat(**kw):
-    body = {"model": "fasttts", "messages": [{"role": "user", "content": PROBLEM}],
+    body = {"model": MODEL, "messages": [{"role": "user", "content": PROBLEM}],
             "tts": {"method": "beam_search", "n": 8, "beam_width": 4}, "max_tokens": 512}
     body.update(kw)
     return body
@@ -61,7 +62,7 @@ def test_chat_completion_answers_with_tts_stats(client, state):
     r = client.post("/v1/chat/completions", json=_chat())
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["object"] == "chat.completion" and body["model"] == "fasttts"
+    assert body["object"] == "chat.completion" and body["model"] == MODEL
     msg = body["choices"][0]["message"]
     assert msg["role"] == "assistant" and "\\boxed{" in msg["content"]
     tts = body["tts"]
@@ -74,7 +75,7 @@ def test_chat_completion_answers_with_tts_stats(client, state):
 
 def test_completions_endpoint_and_sart(client):
     r = client.post("/v1/completions", json={
-        "model": "fasttts", "prompt": PROBLEM, "max_tokens": 512,
+        "model": MODEL, "prompt": PROBLEM, "max_tokens": 512,
         "tts": {"method": "sart", "n": 8, "sart_m": 2, "sart_t": 32}})
     assert r.status_code == 200, r.text
     body = r.json()
@@ -100,7 +101,7 @@ def test_streaming_sends_progress_then_the_answer(client):
 
 
 def test_models_health_and_metrics(client):
-    assert client.get("/v1/models").json()["data"][0]["id"] == "fasttts"
+    assert client.get("/v1/models").json()["data"][0]["id"] == MODEL
     assert client.get("/health").json()["status"] == "ok"
     client.post("/v1/chat/completions", json=_chat())
     text = client.get("/metrics").text
@@ -113,7 +114,7 @@ def test_models_health_and_metrics(client):
 BAD = [
     ("not json", None, 422, "JSON"),
     ("empty body", {}, 422, "model: Field required"),
-    ("no messages", {"model": "fasttts"}, 422, "messages: Field required"),
+    ("no messages", {"model": MODEL}, 422, "messages: Field required"),
     ("empty messages", _chat(messages=[]), 422, "messages: List should have at least 1 item"),
     ("bad role", _chat(messages=[{"role": "robot", "content": "x"}]), 422, "role"),
     ("content not text", _chat(messages=[{"role": "user", "content": 5}]), 422, "content"),
@@ -126,7 +127,8 @@ BAD = [
     ("bad agg", _chat(tts={"agg_strategy": "max"}), 422, "tts.agg_strategy"),
     ("sart alpha > 1", _chat(tts={"method": "sart", "sart_alpha": 2}), 422, "tts.sart_alpha"),
     ("n string", _chat(tts={"n": "many"}), 422, "tts.n"),
-    ("unknown model", _chat(model="gpt-4"), 400, "model 'gpt-4' is not served"),
+    ("unknown model", _chat(model="gpt-4"), 400, "model 'gpt-4' is not served here; use one "
+     "of 'qwen2.5-math-1.5b'"),
     ("openai n > 1", _chat(n=3), 400, "one answer per request"),
     ("stop list", _chat(stop=["\n"]), 400, "stop is not supported"),
     ("two user messages", _chat(messages=[{"role": "user", "content": "a"},
@@ -167,7 +169,7 @@ def test_bad_input_gets_4xx_with_a_message_and_the_server_stays_up(client, state
 
 
 def test_prompt_list_on_completions_is_refused(client):
-    r = client.post("/v1/completions", json={"model": "fasttts", "prompt": ["a", "b"]})
+    r = client.post("/v1/completions", json={"model": MODEL, "prompt": ["a", "b"]})
     assert r.status_code == 400 and "one problem per request" in r.json()["error"]["message"]
 
 
@@ -285,15 +287,15 @@ def test_the_openai_client_works_with_extra_body(state):
 
     with _live_server(state) as url:
         client = OpenAI(base_url=f"{url}/v1", api_key="unused")
-        assert [m.id for m in client.models.list()] == ["fasttts"]
+        assert [m.id for m in client.models.list()] == [MODEL]
         out = client.chat.completions.create(
-            model="fasttts", messages=[{"role": "user", "content": PROBLEM}], max_tokens=512,
+            model=MODEL, messages=[{"role": "user", "content": PROBLEM}], max_tokens=512,
             extra_body={"tts": {"method": "dvts", "n": 8, "beam_width": 4}})
         assert out.choices[0].message.content and out.usage.completion_tokens > 0
         assert out.model_extra["tts"]["method"] == "dvts"
         assert out.model_extra["tts"]["num_completions"] == 2
         stream = client.chat.completions.create(
-            model="fasttts", messages=[{"role": "user", "content": PROBLEM}], max_tokens=512,
+            model=MODEL, messages=[{"role": "user", "content": PROBLEM}], max_tokens=512,
             stream=True, extra_body={"tts": {"method": "self_consistency", "n": 4}})
         text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
         assert "\\boxed{" in text

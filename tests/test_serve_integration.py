@@ -40,7 +40,7 @@ def _blocks(state) -> int:
 
 
 def _chat(method="sart"):
-    return {"model": "fasttts", "max_tokens": 64,
+    return {"model": DEFAULT_GENERATOR, "max_tokens": 64,
             "messages": [{"role": "user", "content": PROBLEM}],
             "tts": {"method": method, "n": 4, "beam_width": 2}}
 

@@ -19,13 +19,15 @@ Every record has ``id``, ``problem`` and ``answer`` strings; the remaining field
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DATASETS", "DatasetError", "Problem", "load_dataset"]
+__all__ = ["DATASETS", "DatasetError", "Problem", "load_dataset", "numeric_answers"]
 
 DATASETS: tuple[str, ...] = ("aime24", "amc23", "math500", "gsm8k")
 """Names of the datasets packaged with fasttts, accepted by :func:`load_dataset`."""
@@ -89,7 +91,8 @@ def load_dataset(
             an existing file (the message lists the packaged names and says a JSONL path is also
             accepted); if a line is not valid JSON or not a JSON object (message gives the file
             and 1-based line number); if ``problem`` is missing/empty/not a string or ``answer``
-            is missing/null/empty/not a string or number (message gives file, line and field);
+            is missing/null/empty/not a string or finite number, or a line holds NaN or
+            Infinity (message gives file, line and field);
             if ``id`` has a wrong type or two records share an ``id``; if the file is not UTF-8;
             if ``limit <= 0`` or ``offset < 0`` (or either is not an integer).
     """
@@ -126,6 +129,26 @@ def load_dataset(
     return problems[offset:end]
 
 
+_PLAIN_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
+
+
+def numeric_answers(problems: list[Problem]) -> bool:
+    """Whether every reference answer is a plain number (``204``, ``27.0``, ``2,125``, ``-3``):
+    true for GSM8K, AIME and AMC, false for MATH-500. Such datasets may grade a completion's
+    last number when it states no answer (`fasttts.eval.grading.find_answer`)."""
+    return bool(problems) and all(_PLAIN_NUMBER.fullmatch(p.answer.strip()) for p in problems)
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _refuse_constant(name: str):
+    """`json.loads`' parse_constant: NaN, Infinity and -Infinity are Python's extension of
+    JSON, not JSON."""
+    raise _NonFinite(name)
+
+
 def _parse_jsonl(text: str, source: str, stem: str) -> list[Problem]:
     """Parse and validate JSONL text into problems (see :func:`load_dataset` for the rules)."""
     problems: list[Problem] = []
@@ -136,9 +159,12 @@ def _parse_jsonl(text: str, source: str, stem: str) -> list[Problem]:
             continue
         where = f"{source}, line {lineno}"
         try:
-            record = json.loads(line)
+            record = json.loads(line, parse_constant=_refuse_constant)
         except json.JSONDecodeError as exc:
             raise DatasetError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
+        except _NonFinite as exc:
+            raise DatasetError(f"{where}: {exc} is not a JSON number (not valid JSON); write a "
+                               f"finite number, or the value as a string") from exc
         if not isinstance(record, dict):
             raise DatasetError(
                 f"{where}: expected a JSON object, got {type(record).__name__}"
@@ -158,6 +184,8 @@ def _parse_jsonl(text: str, source: str, stem: str) -> list[Problem]:
                 f"{where}: field 'answer' must be a string or a number, "
                 f"got {type(answer).__name__}"
             )
+        if isinstance(answer, float) and not math.isfinite(answer):
+            raise DatasetError(f"{where}: field 'answer' is {answer}, not a finite number")
         answer = str(answer)
         if not answer.strip():
             raise DatasetError(f"{where}: field 'answer' is empty")

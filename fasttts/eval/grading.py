@@ -13,6 +13,17 @@ and thousands separators are dropped when the whole answer is one number written
 is then parsed as the content of a ``\\boxed{...}`` by math_verify's LaTeX extractor, which makes
 plain numbers, LaTeX and unenclosed tuples all parse the same way.
 
+math_verify compares numbers with an absolute tolerance (6 decimals), so two tiny values are
+"equal" (``\\frac{1}{2004!}`` vs ``\\frac{1}{2006!}``, ``10^{-30}`` vs ``10^{-31}``; Math-Verify
+issue #14). :func:`is_equivalent` therefore re-checks a match of two numbers relatively
+(:func:`_numbers_differ`): exactly (to 50 significant digits) when both are exact, within
+``FLOAT_REL_TOL`` when one is a decimal.
+
+Answer extraction (:func:`find_answer`) tries, in this order, the fallbacks of the standard
+math evaluations: the last ``\\boxed{}`` (:func:`extract_answer`), then the last explicit
+"answer is ..." phrase ("The answer is **73**.", "Therefore, the final answer is $5$."), then,
+for numeric-answer datasets only (``numeric=True``), the last number in the text.
+
 Every math_verify call is wrapped: a parse failure, an exception or a timeout makes the answer
 "not equivalent" (``False``), never an exception. math_verify enforces its timeouts with
 ``signal.alarm``, which only works in the main thread; outside the main thread the functions here
@@ -28,11 +39,12 @@ import threading
 
 from math_verify import LatexExtractionConfig, parse, verify
 from math_verify.errors import TimeoutException
-from sympy import Basic, Float, Integer, MatrixBase, Rational, sstr
+from sympy import Basic, Expr, Float, Integer, MatrixBase, Rational, sstr
 
 __all__ = [
     "answer_key",
     "extract_answer",
+    "find_answer",
     "grade",
     "is_equivalent",
     "normalize_answer",
@@ -43,6 +55,17 @@ logger = logging.getLogger(__name__)
 
 TIMEOUT_SECONDS = 5
 """Per-call time limit for math_verify's parse and verify (main thread only)."""
+
+FLOAT_REL_TOL = 1e-5
+"""Most relative difference of two numbers one of which is a decimal (``0.333333`` matches
+``\\frac{1}{3}``)."""
+
+EXACT_REL_TOL = 1e-40
+"""Most relative difference of two exact numbers, evaluated to 50 digits (i.e. equal)."""
+
+_ANSWER_IS = re.compile(r"answer\s+is\s*:?\s*", re.IGNORECASE)
+_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
+_PHRASE_END = re.compile(r"\s*(?:[.;!](?:\s|$)|,\s|$)")
 
 _BOX_CMD = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _BOXED_CONFIG = (LatexExtractionConfig(boxed_match_priority=0),)
@@ -103,6 +126,52 @@ def extract_answer(text: str | None) -> str | None:
         content = _unwrap_boxes(content.strip())
         if content:
             result = content
+
+
+def find_answer(text: str | None, numeric: bool = False) -> str | None:
+    """The final answer of a completion, by the fallbacks of the standard math evaluations.
+
+    In this order: the last complete ``\\boxed{}`` (:func:`extract_answer`); else the answer
+    after the last "answer is" phrase ("The answer is **73**." gives ``73``, "the final answer
+    is $\\frac{1}{2}$." gives ``\\frac{1}{2}``, "Therefore, the answer is 73." gives ``73``);
+    else, with ``numeric`` (datasets whose answers are all numbers: GSM8K, AIME, AMC), the last
+    number in the text (``2,125`` and ``-3.5`` included). Pure string function.
+
+    Args:
+        text: A model completion; ``None`` gives ``None``.
+        numeric: Allow the last-number fallback.
+
+    Returns:
+        The answer text, or ``None`` if no rule finds one.
+
+    Raises:
+        Nothing.
+    """
+    if not text:
+        return None
+    found = extract_answer(text) or _phrase_answer(text)
+    if found is None and numeric:
+        numbers = _NUMBER.findall(text)
+        found = numbers[-1] if numbers else None
+    return found
+
+
+def _phrase_answer(text: str) -> str | None:
+    """The answer after the last "answer is" phrase that is followed by one."""
+    for match in reversed(list(_ANSWER_IS.finditer(text))):
+        rest = text[match.end():].split("\n", 1)[0].strip()
+        for left, right in _DELIMITERS:
+            end = rest.find(right, len(left)) if rest.startswith(left) else -1
+            if end > len(left):
+                return normalize_answer(rest[:end + len(right)]) or None
+        if rest.startswith("(") or rest.startswith("\\left"):
+            answer = rest  # a tuple or interval: up to the sentence end below
+        else:
+            answer = rest[:_PHRASE_END.search(rest).start()]
+        answer = answer.rstrip(".;!").strip()
+        if answer:
+            return answer
+    return None
 
 
 def _unwrap_boxes(content: str) -> str:
@@ -265,27 +334,47 @@ def is_equivalent(pred: str | None, gold: str) -> bool:
     if not gold_parsed or not pred_parsed:
         return False
     try:
-        return bool(verify(list(gold_parsed), list(pred_parsed), timeout_seconds=_timeout()))
+        same = bool(verify(list(gold_parsed), list(pred_parsed), timeout_seconds=_timeout()))
     except (Exception, TimeoutException):
         logger.debug("math_verify.verify failed on %r vs %r", g, p, exc_info=True)
         return False
+    return same and not _numbers_differ(gold_parsed[0], pred_parsed[0])
 
 
-def grade(completion_text: str | None, gold: str) -> bool:
-    """Grade a completion: is its last boxed answer equivalent to ``gold``?
+def _numbers_differ(gold, pred) -> bool:
+    """Whether two parsed answers are numbers that differ relatively: by more than
+    ``EXACT_REL_TOL`` when both are exact, ``FLOAT_REL_TOL`` when one has a decimal. False for
+    anything that is not two numbers, or cannot be evaluated."""
+    if not all(isinstance(x, Expr) and x.is_number for x in (gold, pred)):
+        return False
+    tol = FLOAT_REL_TOL if gold.has(Float) or pred.has(Float) else EXACT_REL_TOL
+    try:
+        g, p = (x.evalf(50) for x in (gold, pred))
+        diff, scale = abs((g - p).evalf(50)), max(abs(g), abs(p))
+        if not (diff.is_number and scale.is_number):
+            return False
+        return bool(diff > tol * scale)
+    except Exception:  # noqa: BLE001 - math_verify's verdict stands
+        logger.debug("relative check failed on %r vs %r", gold, pred, exc_info=True)
+        return False
+
+
+def grade(completion_text: str | None, gold: str, numeric: bool = False) -> bool:
+    """Grade a completion: is its final answer (:func:`find_answer`) equivalent to ``gold``?
 
     Args:
         completion_text: The full model output.
         gold: The reference answer.
+        numeric: The dataset's answers are all numbers (allows the last-number fallback).
 
     Returns:
-        ``is_equivalent(extract_answer(completion_text), gold)``; ``False`` when the completion
-        has no complete ``\\boxed{}``.
+        ``is_equivalent(find_answer(completion_text, numeric), gold)``; ``False`` when no
+        answer is found.
 
     Raises:
         Nothing.
     """
-    return is_equivalent(extract_answer(completion_text), gold)
+    return is_equivalent(find_answer(completion_text, numeric), gold)
 
 
 def answer_key(pred: str | None) -> str | None:

@@ -19,11 +19,11 @@ import statistics
 from collections.abc import Sequence
 
 from fasttts.beam import Beam
-from fasttts.eval.grading import extract_answer, is_equivalent
+from fasttts.eval.grading import find_answer, is_equivalent
 from fasttts.eval.voting import best_of, majority_vote, pass_at_n, weighted_vote
 from fasttts.runtime.loop import SearchResult
 
-__all__ = ["percentile", "precise_goodput", "problem_record", "summarize"]
+__all__ = ["percentile", "precise_goodput", "problem_record", "summarize", "vote_and_grade"]
 
 
 def precise_goodput(beams: Sequence[Beam]) -> float:
@@ -61,31 +61,42 @@ def percentile(values: Sequence[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def problem_record(result: SearchResult, gold: str | None, problem: str = "") -> dict:
+def vote_and_grade(answers: Sequence[str | None], weights: Sequence[float], gold: str | None,
+                   answer_rule: str) -> tuple[dict, dict | None]:
+    """The predictions of each vote over one problem's completion answers and their
+    correctness: ({"majority", "weighted", "best"}, {the same, "pass@n", "answer"} or None
+    without `gold`); "answer" is the correctness of the `answer_rule` vote."""
+    preds = {
+        "majority": majority_vote(answers),
+        "weighted": weighted_vote(answers, weights) if answers else None,
+        "best": best_of(answers, weights) if answers else None,
+    }
+    correct = None
+    if gold is not None:
+        correct = {k: is_equivalent(v, gold) for k, v in preds.items()}
+        correct["pass@n"] = pass_at_n(answers, gold)
+        correct["answer"] = correct[answer_rule]
+    return preds, correct
+
+
+def problem_record(result: SearchResult, gold: str | None, problem: str = "",
+                   numeric: bool = False) -> dict:
     """The per-problem record (one JSONL line of `fasttts eval`).
 
     Args:
         result: the problem's search result.
         gold: the reference answer, or None when unknown (`fasttts solve`).
         problem: the problem text, stored for reference.
+        numeric: the dataset's answers are all numbers: a completion without a boxed or
+            stated answer answers its last number (`fasttts.eval.grading.find_answer`).
 
     Returns:
         A JSON-serialisable dict: predictions by each vote, correctness (None without gold),
         timing, goodput, token counts, cache statistics, and the completions with step scores.
     """
     beams = result.completions
-    answers = [extract_answer(b.text) for b in beams]
-    weights = [b.score for b in beams]
-    preds = {
-        "majority": majority_vote(answers),
-        "weighted": weighted_vote(answers, weights) if beams else None,
-        "best": best_of(answers, weights) if beams else None,
-    }
-    correct = None
-    if gold is not None:
-        correct = {k: is_equivalent(v, gold) for k, v in preds.items()}
-        correct["pass@n"] = pass_at_n(answers, gold)
-        correct["answer"] = correct[result.answer_rule]
+    answers = [find_answer(b.text, numeric) for b in beams]
+    preds, correct = vote_and_grade(answers, [b.score for b in beams], gold, result.answer_rule)
     cache, vcache = result.cache, result.verifier_cache
     return {
         "id": result.problem_key,

@@ -12,20 +12,24 @@ Layout of the output folder:
 
 Re-running the same command skips the problems already in `results.jsonl`; a line cut short
 by an interrupted run is dropped and that problem is run again, so nothing is lost or
-duplicated.
+duplicated. A damaged line elsewhere (not JSON, not an object, no `id`, missing fields) is
+moved to `results.jsonl.bad` with a `ResultsFileWarning` naming its line number; every other
+record is kept and that problem is run again. `summary.json` and `trace.jsonl` are rewritten
+on opening when they do not match the records (a run killed between the two writes).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fasttts.eval.datasets import Problem
 from fasttts.eval.metrics import problem_record, summarize
 
-__all__ = ["OutputDirError", "ResultStore", "run_eval", "trace_line"]
+__all__ = ["OutputDirError", "ResultStore", "ResultsFileWarning", "run_eval", "trace_line"]
 
 
 def trace_line(record: dict) -> dict:
@@ -44,10 +48,37 @@ class OutputDirError(ValueError):
     """The output folder holds results of another configuration, or cannot be used."""
 
 
+class ResultsFileWarning(UserWarning):
+    """A damaged line of results.jsonl was set aside in results.jsonl.bad."""
+
+
+def _record_problem(line: bytes) -> str | None:
+    """Why one results.jsonl line is not a usable record (None if it is one)."""
+    try:
+        record = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        return f"not JSON ({e})"
+    if not isinstance(record, dict):
+        return f"a JSON {type(record).__name__}, not an object"
+    if not isinstance(record.get("id"), str):
+        return "no string 'id'"
+    try:  # the fields the summary and the trace read
+        summarize([record])
+        trace_line(record)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        return f"not a problem record ({type(e).__name__}: {e})"
+    return None
+
+
 def _write_atomic(path: Path, text: str) -> None:
+    _write_atomic_bytes(path, text.encode("utf-8"))
+
+
+def _write_atomic_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to a temporary file beside `path`, sync it, and rename it over `path`."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
+    with open(tmp, "wb") as f:
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -104,21 +135,36 @@ class ResultStore:
             raise OutputDirError(f"output dir {self.dir} cannot be written: {e}") from e
 
     def _load(self) -> list[dict]:
+        """The records of results.jsonl; a cut-short last line is dropped, damaged lines are
+        moved to results.jsonl.bad (`ResultsFileWarning` per line), and stale summary.json /
+        trace.jsonl are rewritten."""
         if not self.results.exists():
             return []
         data = self.results.read_bytes()
-        records, good_end = [], 0
-        for line in data.splitlines(keepends=True):
-            if not line.endswith(b"\n"):
-                break  # cut short by an interrupted run
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-            good_end += len(line)
-        if good_end != len(data):
-            with open(self.results, "r+b") as f:
-                f.truncate(good_end)
+        lines = data.splitlines(keepends=True)
+        if lines and not lines[-1].endswith(b"\n"):
+            lines.pop()  # cut short by an interrupted run: that problem runs again
+        good, bad = [], []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            why = _record_problem(line)
+            (good if why is None else bad).append(line)
+            if why is not None:
+                warnings.warn(f"{self.results} line {number}: {why}; set aside in "
+                              f"{self.results.name}.bad, that problem runs again",
+                              ResultsFileWarning, stacklevel=3)
+        if bad:
+            with open(self.results.with_name(self.results.name + ".bad"), "ab") as f:
+                f.write(b"".join(bad))
+                f.flush()
+                os.fsync(f.fileno())
+        if b"".join(good) != data:
+            _write_atomic_bytes(self.results, b"".join(good))
+        records = [json.loads(line) for line in good]
+        if records:
+            self.records = records
+            self._refresh_summary()
         return records
 
     def summary_of(self, ids: set[str]) -> dict | None:
@@ -144,15 +190,30 @@ class ResultStore:
         return self.write_summary()
 
     def write_summary(self) -> dict | None:
-        """Write summary.json over all records (atomically); returns it, or None if empty."""
+        """Write summary.json and trace.jsonl over all records (atomically); returns the
+        summary, or None if there are no records."""
         if not self.records:
             return None
         self._create()
-        summary = summarize(self.records)
-        _write_atomic(self.dir / "trace.jsonl",
-                      "".join(json.dumps(trace_line(r)) + "\n" for r in self.records))
-        _write_atomic(self.dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+        summary, trace, text = self._summary_files()
+        _write_atomic(self.dir / "trace.jsonl", trace)
+        _write_atomic(self.dir / "summary.json", text)
         return summary
+
+    def _summary_files(self) -> tuple[dict, str, str]:
+        """(summary, trace.jsonl text, summary.json text) of the records."""
+        summary = summarize(self.records)
+        trace = "".join(json.dumps(trace_line(r)) + "\n" for r in self.records)
+        return summary, trace, json.dumps(summary, indent=2) + "\n"
+
+    def _refresh_summary(self) -> None:
+        """Rewrite summary.json and trace.jsonl if they do not match the records."""
+        _, trace, text = self._summary_files()
+        for name, want in (("trace.jsonl", trace), ("summary.json", text)):
+            path = self.dir / name
+            if not path.is_file() or path.read_text(encoding="utf-8") != want:
+                self.write_summary()
+                return
 
 
 def _differences(old, new, prefix: str = "") -> list[str]:
@@ -170,6 +231,7 @@ def run_eval(
     solve: Callable[[Problem], object],
     store: ResultStore,
     progress: bool = True,
+    numeric: bool = False,
 ) -> dict | None:
     """Solve every problem not yet in `store` and append its record.
 
@@ -178,6 +240,8 @@ def run_eval(
         solve: returns the `SearchResult` of one problem.
         store: the output folder.
         progress: show a tqdm progress bar.
+        numeric: the dataset's answers are all numbers (`fasttts.eval.datasets.numeric_answers`):
+            allows the last-number answer fallback.
 
     Returns:
         The summary over the records of `problems` (None if there are none).
@@ -189,7 +253,7 @@ def run_eval(
                desc="problems", unit="problem")
     try:
         for p in todo:
-            record = problem_record(solve(p), p.answer, p.problem)
+            record = problem_record(solve(p), p.answer, p.problem, numeric)
             acc = store.append(record)["accuracy"]
             bar.update(1)
             if acc:

@@ -132,6 +132,8 @@ class PlanInput:
         if not 0 <= self.shared_len <= min(self.verifier_len, self.decode_len):
             raise ValueError(f"shared_len must be within 0..min(S, S_dec) = "
                              f"{min(self.verifier_len, self.decode_len)}, got {self.shared_len}")
+        if self.cache_len is not None and self.cache_len < 1:
+            raise ValueError(f"cache_len must be >= 1 token, got {self.cache_len}")
         if self.tree_len is not None and self.tree_len < 1:
             raise ValueError(f"tree_len must be >= 1 token, got {self.tree_len}")
 

@@ -18,7 +18,8 @@ def build_state(cfg: RunConfig, limits: ServerLimits, api_key: str | None = None
     Args:
         cfg: engines, backend and FastTTS techniques (its search part is unused: each request
             brings its own).
-        limits: per-request limits and the served model name.
+        limits: per-request limits and the served model names (none given: the generator's
+            name as configured, `cfg.generator.model`, as vLLM serves a model).
         api_key: bearer token clients must send (None = none).
         max_active: most requests searching at once.
         max_queue: most requests waiting.
@@ -34,6 +35,8 @@ def build_state(cfg: RunConfig, limits: ServerLimits, api_key: str | None = None
     from fasttts.serve.hub import EngineHub
     from fasttts.serve.scheduler import LockedVerifier, Scheduler
 
+    if not limits.served_model_names:
+        limits = limits.model_copy(update={"served_model_names": (cfg.generator.model,)})
     device = threading.Lock()  # one device: no generator step during a verifier call
     replanner, slots = None, None
 

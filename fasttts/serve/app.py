@@ -14,33 +14,43 @@ Endpoints:
   prefix-cache hit rate, engine restarts, request and token counters, latency and goodput
   histograms).
 
-Errors use OpenAI's shape `{"error": {"message", "type", "param", "code"}}`: 422 for a
-malformed body (each bad field named), 400 for a request the server cannot serve, 401 without
-the bearer token (when one is configured), 429 when the queue is full, 503 when the engine
-failed under the request (it is restarted), 504 past the request timeout. A client that
-disconnects has its search cancelled and its KV blocks freed within one engine step.
+Every error uses OpenAI's shape `{"error": {"message", "type", "param", "code"}}` (FastAPI's
+own 404 / 405 too): 422 for a malformed body (each bad field named), 400 for a request the
+server cannot serve, 401 without the bearer token (when one is configured; on every path
+but `/health`, so `/docs` and `/openapi.json` too), 413 for a body over the size limit (both
+checked before the body is read, `fasttts.serve.guard`), 429 when the queue is full, 503 when
+the engine failed under the request (it is restarted), 504 past the request timeout, 500 for
+a server bug (counted in `fasttts_requests_total` like every other status). A streaming
+request that fails before its first search iteration gets the same error response as a
+non-streaming one, not a 200 stream. A client that disconnects has its search cancelled and
+its KV blocks freed within one engine step.
+
+Models are served under vLLM's names: `--served-model-name` (one or more), else the
+generator's name as configured; responses name the model the request asked for.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram,
                                generate_latest)
+from starlette.exceptions import HTTPException
 
 from fasttts.eval.metrics import problem_record
 from fasttts.runtime.loop import PromptTooLongError, SearchResult
 from fasttts.serve.access_log import AccessLog
+from fasttts.serve.guard import RequestGuard
 from fasttts.serve.hub import EngineFailure, EngineHub, RequestCancelled
 from fasttts.serve.protocol import (BadRequest, ChatCompletionRequest, CompletionRequest,
-                                    ServerLimits, to_search)
+                                    ServerLimits, error_body, to_search)
 from fasttts.serve.scheduler import Job, QueueFull, Scheduler
 
 __all__ = ["ServerState", "create_app"]
@@ -53,8 +63,8 @@ class ServerState:
     Attributes:
         hub: the shared generator engine.
         scheduler: the request scheduler.
-        limits: per-request limits and the served model name.
-        api_key: bearer token required on /v1/* and /metrics (None = open; bind to
+        limits: per-request limits and the served model names.
+        api_key: bearer token required on every path but /health (None = open; bind to
             127.0.0.1 then, the default).
     """
 
@@ -65,8 +75,16 @@ class ServerState:
 
 
 def _error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": {
-        "message": message, "type": kind, "param": param, "code": status}})
+    return JSONResponse(status_code=status, content=error_body(status, message, kind, param))
+
+
+#: `_wait`'s answer when the client went away.
+_GONE = object()
+
+
+def _completion_id(kind: str, job: Job) -> str:
+    """The response id, the same for every chunk of a stream and the non-streaming body."""
+    return f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{job.id}"
 
 
 def _metrics(state: ServerState) -> tuple[CollectorRegistry, dict]:
@@ -112,7 +130,7 @@ def _metrics(state: ServerState) -> tuple[CollectorRegistry, dict]:
     }
 
 
-def _answer_payload(job: Job, result: SearchResult, served: str) -> tuple[str, str, dict, dict]:
+def _answer_payload(job: Job, result: SearchResult) -> tuple[str, str, dict, dict]:
     """(content, finish_reason, usage, tts block) of a finished search."""
     rec = problem_record(result, None, job.problem)
     answer = rec["answer"]
@@ -137,12 +155,9 @@ def _answer_payload(job: Job, result: SearchResult, served: str) -> tuple[str, s
     return content, finish, usage, tts
 
 
-def create_app(state: ServerState) -> FastAPI:
-    """The FastAPI app over a running hub and scheduler (module docstring)."""
-    app = FastAPI(title="fasttts", description="test-time scaling server (OpenAI-compatible)")
-    app.add_middleware(AccessLog)  # one log line per request (fasttts.serve.access_log)
-    registry, m = _metrics(state)
-    served = state.limits.served_model_name
+def _install_error_handlers(app: FastAPI, count: Callable[[int], None]) -> None:
+    """OpenAI-shaped errors for FastAPI's own 422 / 404 / 405 / 400 and for server bugs (500),
+    each counted by status."""
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, exc: RequestValidationError):
@@ -150,27 +165,40 @@ def create_app(state: ServerState) -> FastAPI:
         for err in exc.errors():
             loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
             parts.append(f"{loc or 'body'}: {err.get('msg')}")
-        m["requests"].labels("422").inc()
+        count(422)
         return _error(422, "invalid request: " + "; ".join(parts), "invalid_request_error",
                       parts[0].split(":")[0] if parts else None)
 
-    class _Unauthorized(Exception):
-        pass
+    @app.exception_handler(HTTPException)
+    async def _http(req: Request, exc: HTTPException):
+        count(exc.status_code)
+        message = {404: f"no such endpoint: {req.method} {req.url.path}",
+                   405: f"method {req.method} is not allowed on {req.url.path}"}.get(
+            exc.status_code, str(exc.detail))
+        resp = _error(exc.status_code, message, "invalid_request_error")
+        resp.headers.update(exc.headers or {})
+        return resp
 
-    @app.exception_handler(_Unauthorized)
-    async def _unauthorized(_req: Request, _exc: _Unauthorized):
-        m["requests"].labels("401").inc()
-        return _error(401, "missing or wrong bearer token (Authorization: Bearer KEY)",
-                      "authentication_error")
+    @app.exception_handler(Exception)
+    async def _bug(_req: Request, exc: Exception):
+        count(500)
+        return _error(500, f"internal error: {type(exc).__name__}", "internal_error")
 
-    async def authorized(request: Request) -> None:
-        # A dependency, not an HTTP middleware: Starlette's BaseHTTPMiddleware hides client
-        # disconnects from the endpoint, and cancellation on disconnect needs them.
-        if state.api_key and not secrets.compare_digest(
-                request.headers.get("authorization", ""), f"Bearer {state.api_key}"):
-            raise _Unauthorized()
 
-    guard = [Depends(authorized)]
+def create_app(state: ServerState) -> FastAPI:
+    """The FastAPI app over a running hub and scheduler (module docstring), behind the
+    body-size and token guard (`fasttts.serve.guard`)."""
+    app = FastAPI(title="fasttts", description="test-time scaling server (OpenAI-compatible)")
+    registry, m = _metrics(state)
+    names = state.limits.served_model_names
+
+    def count(status: int) -> None:
+        m["requests"].labels(str(status)).inc()
+
+    _install_error_handlers(app, count)
+    app.add_middleware(RequestGuard, max_body_bytes=state.limits.max_body_bytes,
+                       api_key=state.api_key, on_reject=count)
+    app.add_middleware(AccessLog)  # outermost: one log line per request, 401 / 413 included
 
     @app.get("/health")
     async def health():
@@ -181,12 +209,12 @@ def create_app(state: ServerState) -> FastAPI:
                 "running_requests": state.scheduler.num_active,
                 "queue_length": state.scheduler.queue_length}
 
-    @app.get("/v1/models", dependencies=guard)
+    @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": served, "object": "model", "created": 0,
-                                            "owned_by": "fasttts"}]}
+        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0,
+                                            "owned_by": "fasttts"} for name in names]}
 
-    @app.get("/metrics", dependencies=guard)
+    @app.get("/metrics")
     async def metrics():
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
@@ -195,6 +223,9 @@ def create_app(state: ServerState) -> FastAPI:
             return _error(400, str(exc), "invalid_request_error", getattr(exc, "param", None))
         if isinstance(exc, EngineFailure):
             return _error(503, str(exc), "service_unavailable")
+        if isinstance(exc, RequestCancelled) and state.scheduler.closed:
+            return _error(503, "the server is shutting down; the request was cancelled, retry "
+                               "it elsewhere or later", "service_unavailable")
         if isinstance(exc, RequestCancelled):
             return _error(504, f"request timed out after {state.scheduler.request_timeout_s} s "
                                f"and was cancelled", "timeout")
@@ -208,14 +239,15 @@ def create_app(state: ServerState) -> FastAPI:
                           "service_unavailable")
         try:
             problem, search, agg = to_search(req, state.limits)
-            return state.scheduler.submit(Job(problem, search, agg, on_progress=on_progress))
+            return state.scheduler.submit(Job(problem, search, agg, on_progress=on_progress,
+                                              model=req.model))
         except BadRequest as e:
             return _error(400, str(e), "invalid_request_error", e.param)
         except QueueFull as e:
             return _error(429, str(e), "rate_limit_error")
 
     def _finish(job: Job, status: int, result: SearchResult | None = None) -> None:
-        m["requests"].labels(str(status)).inc()
+        count(status)
         m["latency"].observe(time.monotonic() - job.submitted)
         if result is not None:
             m["tokens"].inc(result.tokens_generated)
@@ -228,12 +260,12 @@ def create_app(state: ServerState) -> FastAPI:
         if kind == "chat":
             choice = {"index": 0, "message": {"role": "assistant", "content": content},
                       "finish_reason": finish}
-            obj, prefix = "chat.completion", "chatcmpl"
+            obj = "chat.completion"
         else:
             choice = {"index": 0, "text": content, "finish_reason": finish, "logprobs": None}
-            obj, prefix = "text_completion", "cmpl"
-        return {"id": f"{prefix}-{job.id}", "object": obj, "created": int(time.time()),
-                "model": served, "choices": [choice], "usage": usage, "tts": tts}
+            obj = "text_completion"
+        return {"id": _completion_id(kind, job), "object": obj, "created": int(time.time()),
+                "model": job.model, "choices": [choice], "usage": usage, "tts": tts}
 
     async def _serve(req, request: Request, kind: str):
         events: asyncio.Queue = asyncio.Queue()
@@ -248,51 +280,61 @@ def create_app(state: ServerState) -> FastAPI:
 
         started = _start(req, progress if req.stream else None)
         if isinstance(started, JSONResponse):
-            m["requests"].labels(str(started.status_code)).inc()
+            count(started.status_code)
             return started
         job = started
         if req.stream:
             job.future.add_done_callback(
                 lambda _f: loop.call_soon_threadsafe(events.put_nowait, None))
-            return StreamingResponse(_stream(job, kind, events), media_type="text/event-stream")
-        fut = asyncio.wrap_future(job.future)
-        while True:
-            done, _ = await asyncio.wait({fut}, timeout=0.1)
-            if done:
-                break
-            if await request.is_disconnected():
-                state.scheduler.cancel(job)
-                fut.cancel()  # nobody will read the result
-                _finish(job, 499)
+            # the first iteration's event, or the end: a search that fails before its first
+            # iteration (e.g. a prompt over the context) gets an error response, not a stream
+            first = await _wait(asyncio.ensure_future(events.get()), request, job)
+            if first is _GONE:
                 return Response(status_code=499)
-        exc = fut.exception()
+            if first is not None or job.future.exception() is None:
+                return StreamingResponse(_stream(job, kind, events, first),
+                                         media_type="text/event-stream")
+        elif await _wait(asyncio.wrap_future(job.future), request, job) is _GONE:
+            return Response(status_code=499)
+        exc = job.future.exception()
         if exc is not None:
             resp = _fail(exc, job)
             _finish(job, resp.status_code)
             return resp
-        result = fut.result()
-        content, finish, usage, tts = _answer_payload(job, result, served)
+        result = job.future.result()
+        content, finish, usage, tts = _answer_payload(job, result)
         _finish(job, 200, result)
         return _body(kind, job, content, finish, usage, tts)
 
-    async def _stream(job: Job, kind: str, queue: asyncio.Queue):
+    async def _wait(fut: asyncio.Future, request: Request, job: Job):
+        """The future's result, or `_GONE` once the client disconnects (the search is then
+        cancelled and counted as 499)."""
+        while True:
+            done, _ = await asyncio.wait({fut}, timeout=0.1)
+            if done:
+                return fut.result() if fut.exception() is None else None
+            if await request.is_disconnected():
+                state.scheduler.cancel(job)
+                fut.cancel()  # nobody will read the result
+                _finish(job, 499)
+                return _GONE
+
+    async def _stream(job: Job, kind: str, queue: asyncio.Queue, event: dict | None):
         obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
 
         def chunk(delta: dict, finish=None, **extra) -> str:
             choice = ({"index": 0, "delta": delta, "finish_reason": finish} if kind == "chat"
                       else {"index": 0, "text": delta.get("content", ""),
                             "finish_reason": finish, "logprobs": None})
-            body = {"id": f"{kind}-{job.id}", "object": obj, "created": int(time.time()),
-                    "model": served, "choices": [choice], **extra}
+            body = {"id": _completion_id(kind, job), "object": obj, "created": int(time.time()),
+                    "model": job.model, "choices": [choice], **extra}
             return f"data: {json.dumps(body)}\n\n"
 
         try:
             yield chunk({"role": "assistant", "content": ""} if kind == "chat" else {})
-            while True:
-                event = await queue.get()
-                if event is None:
-                    break
+            while event is not None:
                 yield chunk({}, tts={"progress": event})
+                event = await queue.get()
             exc = job.future.exception()
             if exc is not None:
                 resp = _fail(exc, job)
@@ -300,7 +342,7 @@ def create_app(state: ServerState) -> FastAPI:
                 yield f"data: {resp.body.decode()}\n\n"
             else:
                 result = job.future.result()
-                content, finish, usage, tts = _answer_payload(job, result, served)
+                content, finish, usage, tts = _answer_payload(job, result)
                 _finish(job, 200, result)
                 yield chunk({"content": content}, finish, usage=usage, tts=tts)
             yield "data: [DONE]\n\n"
@@ -309,11 +351,11 @@ def create_app(state: ServerState) -> FastAPI:
                 state.scheduler.cancel(job)
                 _finish(job, 499)
 
-    @app.post("/v1/chat/completions", dependencies=guard)
+    @app.post("/v1/chat/completions")
     async def chat(req: ChatCompletionRequest, request: Request):
         return await _serve(req, request, "chat")
 
-    @app.post("/v1/completions", dependencies=guard)
+    @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request):
         return await _serve(req, request, "text")
 

@@ -4,8 +4,10 @@ is checked against.
 Requests follow OpenAI's `/v1/chat/completions` and `/v1/completions`; the test-time scaling
 search is chosen by an extra `tts` object (the `openai` client sends it with
 `extra_body={"tts": {...}}`). Unknown fields are refused (422, naming the field), so a typo
-never silently falls back to a default. Semantic limits (n, max_tokens, prompt size, the
-served model) are checked by `to_search` against `ServerLimits` (400).
+never silently falls back to a default, and types are strict (`"stream": "yes"` or
+`"n": "2"` is a 422, not coerced). Semantic limits (n, max_tokens, prompt size, the served
+model names) are checked by `to_search` against `ServerLimits` (400). Every error has
+OpenAI's shape (`error_body`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,16 @@ from fasttts.config import SearchConfig
 from fasttts.verifiers.base import AGG_STRATEGIES
 
 __all__ = ["BadRequest", "ChatCompletionRequest", "ChatMessage", "CompletionRequest",
-           "ServerLimits", "TTSOptions", "to_search"]
+           "MAX_NAME_CHARS", "ServerLimits", "TTSOptions", "error_body", "to_search"]
+
+#: Most characters of a message's `name` and of a request's `user`.
+MAX_NAME_CHARS = 256
+
+
+def error_body(status: int, message: str, kind: str, param: str | None = None) -> dict:
+    """OpenAI's error object: {"error": {"message", "type", "param", "code"}} (code = the
+    HTTP status)."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
 
 
 class BadRequest(ValueError):
@@ -31,24 +42,29 @@ class BadRequest(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class ServerLimits(_Strict):
     """What one request may ask for.
 
     Attributes:
-        served_model_name: the model name clients send (`GET /v1/models` lists it); any
-            other name is refused. Requests never name files or hub ids.
+        served_model_names: the model names clients may send, as vLLM's
+            `--served-model-name` (`GET /v1/models` lists them); any other name is refused.
+            Empty = the generator's name as configured (`fasttts.serve.build_state` fills it).
         max_n: most paths one request may search (n).
         max_tokens: most tokens one path may generate (tokens).
-        max_prompt_chars: most characters of the problem (characters).
+        max_prompt_chars: most characters of the problem and the system prompt together
+            (characters).
+        max_body_bytes: most bytes of a request body, refused (413) before it is read whole
+            or parsed (bytes).
     """
 
-    served_model_name: str = "fasttts"
+    served_model_names: tuple[str, ...] = Field(default=(), strict=False)  # a list is fine
     max_n: int = Field(default=64, gt=0)
     max_tokens: int = Field(default=4096, gt=0)
     max_prompt_chars: int = Field(default=8000, gt=0)
+    max_body_bytes: int = Field(default=1 << 20, gt=0)
 
 
 class TTSOptions(_Strict):
@@ -74,7 +90,7 @@ class ChatMessage(_Strict):
 
     role: Literal["system", "user", "assistant"]
     content: str
-    name: str | None = None
+    name: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
 
 
 class _Common(_Strict):
@@ -87,7 +103,7 @@ class _Common(_Strict):
     stream_options: dict | None = None
     seed: int | None = None
     stop: str | list[str] | None = None
-    user: str | None = None
+    user: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
     tts: TTSOptions = Field(default_factory=TTSOptions)
 
 
@@ -127,15 +143,17 @@ def to_search(req: ChatCompletionRequest | CompletionRequest,
     """The problem, the search configuration and the aggregation of a request.
 
     Raises:
-        BadRequest: unknown model, n != 1, a stop list, an empty or too long problem, tts.n
+        BadRequest: unknown model, n != 1, a stop list, an empty problem, a problem and
+            system prompt over max_prompt_chars, tts.n
             or max_tokens over the limits, or a search configuration the method refuses
             (message from `fasttts.search.make_strategy`).
     """
     from fasttts.search import SearchConfigError, make_strategy
 
-    if req.model != limits.served_model_name:
-        raise BadRequest(f"model {req.model!r} is not served here; use "
-                         f"{limits.served_model_name!r} (GET /v1/models)", "model")
+    if req.model not in limits.served_model_names:
+        names = ", ".join(map(repr, limits.served_model_names))
+        raise BadRequest(f"model {req.model!r} is not served here; use one of {names} "
+                         f"(GET /v1/models)", "model")
     if req.n != 1:
         raise BadRequest(f"n={req.n}: one answer per request; the search budget is tts.n "
                          f"(e.g. \"tts\": {{\"n\": {req.n}}})", "n")
@@ -145,9 +163,11 @@ def to_search(req: ChatCompletionRequest | CompletionRequest,
     problem, system = _problem(req)
     if not problem.strip():
         raise BadRequest("the problem is empty; send the problem text", "messages")
-    if len(problem) > limits.max_prompt_chars:
-        raise BadRequest(f"the problem has {len(problem)} characters; at most "
-                         f"{limits.max_prompt_chars} are allowed", "messages")
+    chars = len(problem) + len(system or "")
+    if chars > limits.max_prompt_chars:
+        what = "the problem and the system prompt have" if system else "the problem has"
+        raise BadRequest(f"{what} {chars} characters; at most {limits.max_prompt_chars} are "
+                         f"allowed", "messages")
     tts = req.tts
     if tts.n > limits.max_n:
         raise BadRequest(f"tts.n={tts.n} is over this server's limit of {limits.max_n}",

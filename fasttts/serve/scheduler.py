@@ -118,6 +118,7 @@ class Job:
         future: resolves to the `SearchResult` (or the error).
         id: request id (set on submission).
         submitted, started: wall-clock times (s, time.monotonic).
+        model: the served model name the request asked for (responses echo it).
     """
 
     problem: str
@@ -130,6 +131,7 @@ class Job:
     started: float | None = None
     view: GeneratorView | None = None
     cancelled: bool = False
+    model: str = ""
 
 
 class Scheduler:
@@ -170,6 +172,11 @@ class Scheduler:
         self._watchdog = threading.Thread(target=self._watch, name="fasttts-timeouts",
                                           daemon=True)
         self._watchdog.start()
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called (new requests are refused, running ones cancelled)."""
+        return self._closed
 
     @property
     def queue_length(self) -> int:

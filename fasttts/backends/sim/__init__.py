@@ -43,24 +43,33 @@ class MemorySplit:
 
 def static_split(hw: HardwareSpec, gen: ModelSpec, ver: ModelSpec, cfg: SimConfig) -> MemorySplit:
     """The baseline's static memory split: both models' weights and activation reserves are
-    placed, and the KV memory left is split `generator_kv_share` : rest (explicit KV sizes in
-    `cfg` replace the split).
+    placed, and the KV memory left is split `generator_kv_share` : rest (an explicit KV size
+    in `cfg` replaces its part of the split; the other cache gets the rest).
 
     Raises:
-        ValueError: the weights and reserves alone do not fit (says by how much).
+        ValueError: the weights and reserves alone do not fit, or the KV caches do not fit in
+            the memory they leave (says by how much).
     """
     usable = int(hw.memory_bytes * cfg.memory_fraction)
     reserve = 2 * cfg.activation_reserve_bytes
     left = usable - gen.weight_bytes - ver.weight_bytes - reserve
-    if left <= 0 and not (cfg.generator_kv_cache_bytes and cfg.verifier_kv_cache_bytes):
+    if left <= 0:
         raise ValueError(
             f"{gen.name} ({gen.weight_bytes / 2**30:.1f} GiB) and {ver.name} "
             f"({ver.weight_bytes / 2**30:.1f} GiB) weights plus {reserve / 2**30:.1f} GiB of "
             f"activation reserve do not fit in {cfg.memory_fraction} x {hw.name} memory "
             f"({usable / 2**30:.1f} GiB); use larger hardware, smaller models or a higher "
             f"memory fraction")
-    gen_kv = cfg.generator_kv_cache_bytes or int(left * cfg.generator_kv_share)
-    ver_kv = cfg.verifier_kv_cache_bytes or (left - int(left * cfg.generator_kv_share))
+    gen_kv = cfg.generator_kv_cache_bytes or (
+        left - cfg.verifier_kv_cache_bytes if cfg.verifier_kv_cache_bytes
+        else int(left * cfg.generator_kv_share))
+    ver_kv = cfg.verifier_kv_cache_bytes or left - gen_kv
+    if gen_kv <= 0 or ver_kv <= 0 or gen_kv + ver_kv > left:
+        raise ValueError(
+            f"KV caches of {max(gen_kv, 0) / 2**30:.2f} GiB (generator) + "
+            f"{max(ver_kv, 0) / 2**30:.2f} GiB (verifier) do not fit: {cfg.memory_fraction} x "
+            f"{hw.name} memory leaves {left / 2**30:.2f} GiB after the weights and activation "
+            f"reserve; give smaller KV-cache sizes (together at most that)")
     return MemorySplit(usable, gen.weight_bytes, ver.weight_bytes, reserve, gen_kv, ver_kv)
 
 
@@ -74,8 +83,16 @@ def build_sim(cfg: RunConfig, workload: Workload | None = None) -> tuple[SimGene
 
     Raises:
         fasttts.backends.sim.specs.SpecError: unknown hardware or model spec.
-        ValueError: the models do not fit, or a KV cache cannot hold one max_model_len sequence.
+        ValueError: the models do not fit, a KV cache cannot hold one max_model_len sequence,
+            or a verifier scoring format (`cfg.verifier.kind`) is asked for: the simulator
+            does not model one.
     """
+    if cfg.verifier.kind != "auto":
+        raise ValueError(
+            f"verifier kind {cfg.verifier.kind!r} is not simulated: the simulated verifier is "
+            f"priced from its model spec ({cfg.verifier.engine.model!r}) and scores paths from "
+            f"the workload model, in no scoring format; drop --verifier-kind or use --backend "
+            f"vllm")
     sim = cfg.sim
     hw = load_hardware(sim.hardware)
     gen, ver = load_model(cfg.generator.model), load_model(cfg.verifier.engine.model)
