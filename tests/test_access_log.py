@@ -54,7 +54,7 @@ def test_serve_prints_start_ready_and_access_lines():
             assert proc.poll() is None, lines
             time.sleep(0.1)
         start, ready = lines[0], next(x for x in lines if "ready:" in x)
-        assert "fasttts serve: http://127.0.0.1:0, model fasttts (generator qwen2.5-math-1.5b" \
+        assert "fasttts serve: http://127.0.0.1:0, model qwen2.5-math-1.5b (generator qwen2.5-math-1.5b" \
                in start and "backend sim (simulated: texts are synthetic" in start
         url = re.search(r"listening on (http://127\.0\.0\.1:\d+)", ready)[1]
         assert re.search(r"ready: engines up in \d+\.\d s", ready)
