@@ -12,7 +12,9 @@ of 2^-8 (0.4 %). An incremental request computes the new step's tokens against c
 whole-path request computes them in one prefill: the same math in another order of bf16
 roundings, so hidden states at a tag differ by a few bf16 ulps and a class probability by up
 to about 0.01. `TOL` = 0.02 leaves twice that; rankings of clearly separated paths are
-unchanged (checked below).
+unchanged (checked below). Skywork runs in transformers, whose bf16 CPU attention over a KV
+cache of another length rounds differently again: measured worst 0.028 over 16 steps with the
+test's head, so its tolerance is `TOL_SKYWORK` = 0.05.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from fasttts.verifiers.base import ScoreRequest
 pytestmark = pytest.mark.integration
 MiB = 1 << 20
 TOL = 0.02
+TOL_SKYWORK = 0.05
 HIDDEN = 896
 STEPS = ("Step 1: 48 / 2 = 24.\n\n", "Step 2: 48 + 24 = 72.\n\n", "So the answer is 72.")
 PROBLEM = "Natalia sold 48 clips in April and half as many in May. How many in total?"
@@ -61,6 +64,7 @@ def compare_modes(make):
         stats = inc.cache_stats().since(before)
         worst = max(abs(a - b) for r, g in zip(ref, got) for a, b in zip(r, g))
         assert worst <= TOL, worst
+        assert any(0.02 < x < 0.98 for r in ref for x in r)  # a head that ranks, not saturated
         assert stats.prefix_cache_hit_rate > 0.5  # the prefix cache served the earlier steps
         assert whole.cache_stats().prefix_cache_hits == 0  # STEP pooling reads no cache
         # the ranking of the paths by their last step is the same in both modes
@@ -107,7 +111,8 @@ def _qwen_prm(folder, head_seed=None):
         # ReLU(W1 h + b1) = 0 for W1 = 0, b1 = 0; logits = b2 = (0, ln 3) -> p(good) = 0.75
         w1, w2 = torch.zeros(HIDDEN, HIDDEN), torch.zeros(2, HIDDEN)
     else:
-        w1, w2 = torch.randn(HIDDEN, HIDDEN, generator=g) * 0.05, torch.randn(2, HIDDEN, generator=g)
+        w1 = torch.randn(HIDDEN, HIDDEN, generator=g) * 0.05
+        w2 = torch.randn(2, HIDDEN, generator=g) * 0.02  # small: probabilities not saturated
     derive_checkpoint(folder, DEFAULT_GENERATOR, {"architectures": ["Qwen2ForProcessRewardModel"]}, {
         "score.0.weight": w1.to(torch.bfloat16),
         "score.0.bias": torch.zeros(HIDDEN, dtype=torch.bfloat16),
@@ -171,7 +176,7 @@ def test_skywork_incremental_reuses_past_key_values(tmp_path):
             got[i] += s
     worst = max(abs(a - b) for r, g in zip(ref, got) for a, b in zip(r, g))
     print(f"skywork: 16 steps, worst |incremental - whole| = {worst:.2e}")
-    assert worst <= TOL
+    assert worst <= TOL_SKYWORK
     # every token computed once, the two paths' common 4-step prefix once for both: fewer
     # tokens than one whole-path pass over the two (a search re-scores whole paths every step)
     assert inc.tokens_computed < whole.tokens_computed
