@@ -25,6 +25,8 @@ import threading
 import time
 import warnings
 
+from fasttts.prm_train import command as prm_command
+
 __all__ = ["main", "parse_size"]
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
@@ -636,6 +638,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("names", nargs="*", help="models to prepare (default: the defaults)")
     p.add_argument("--force", action="store_true", help="convert again")
     p.set_defaults(func=_cmd_models)
+    prm_command.add_parser(sub, [verbose])
     return parser
 
 

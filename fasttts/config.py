@@ -36,7 +36,10 @@ class EngineConfig(_Strict):
 
     Attributes:
         model: embedded model name, local Hugging Face folder, or Hugging Face id.
-        dtype: weight/activation dtype passed to vLLM.
+        dtype: weight/activation dtype: "auto" (bfloat16 where the hardware computes it,
+            float32 on CPUs without AVX-512 BF16 / AMX, where vLLM's bf16 matmuls fall back
+            to a path about 5x slower; see `fasttts.backends.vllm_engine.resolve_dtype`), or
+            any dtype vLLM accepts ("bfloat16", "float16", "float32").
         kv_cache_memory_bytes: KV-cache size in bytes, set explicitly (the CPU build would
             otherwise reserve most of RAM).
         block_size: tokens per KV block; None = the platform default (vLLM's CPU attention
@@ -51,7 +54,7 @@ class EngineConfig(_Strict):
     """
 
     model: str
-    dtype: str = "bfloat16"
+    dtype: str = "auto"
     kv_cache_memory_bytes: int = Field(default=1 * GiB, gt=0)
     block_size: int | None = Field(default=None, gt=0)
     max_model_len: int = Field(default=4096, gt=0)
@@ -69,14 +72,14 @@ class VerifierConfig(_Strict):
         kind: scoring format: "judge" (zero-shot judge from an instruct model, the embedded
             default), "math-shepherd" (`+`/`-` logits at a step tag), "qwen-prm"
             (Qwen2.5-Math-PRM, `<extra_0>` separators), "skywork" (value-head PRM via
-            transformers), or "auto" (judge for embedded models, else from the model's
-            architecture/name).
+            transformers), "ovm" (a trained step-end head, `fasttts prm train`), or "auto"
+            (from the model's name: judge for embedded instruct models).
         engine: the verifier's engine.
         agg_strategy: how a path's step scores become one score (`last|min|prod|mean`).
         batch_size: most scoring requests in flight at once (verifier batch, B_pre).
     """
 
-    kind: Literal["auto", "judge", "math-shepherd", "qwen-prm", "skywork"] = "auto"
+    kind: Literal["auto", "judge", "math-shepherd", "qwen-prm", "skywork", "ovm"] = "auto"
     engine: EngineConfig = Field(default_factory=lambda: EngineConfig(model=DEFAULT_VERIFIER))
     agg_strategy: AggStrategy = "last"
     batch_size: int = Field(default=64, gt=0)

@@ -7,14 +7,14 @@ token) from the embedded model's weights plus a head whose weights the test choo
 pooling runner, whole-path with the STEP pooler and incremental from the prefix cache;
 transformers + value head); it cannot show that the real PRMs score well.
 
-Exactness tolerance: the engines run in bf16, whose 8-bit mantissa gives a relative precision
-of 2^-8 (0.4 %). An incremental request computes the new step's tokens against cached KV, a
-whole-path request computes them in one prefill: the same math in another order of bf16
-roundings, so hidden states at a tag differ by a few bf16 ulps and a class probability by up
-to about 0.01. `TOL` = 0.02 leaves twice that; rankings of clearly separated paths are
-unchanged (checked below). Skywork runs in transformers, whose bf16 CPU attention over a KV
-cache of another length rounds differently again: measured worst 0.028 over 16 steps with the
-test's head, so its tolerance is `TOL_SKYWORK` = 0.05.
+Exactness tolerance: the engines run in the dtype "auto" picks (float32 on CPUs without
+bf16, bf16 elsewhere). An incremental request computes the new step's tokens against cached
+KV, a whole-path request computes them in one prefill: the same math in another order of
+roundings. In bf16 (8-bit mantissa, relative precision 2^-8) a class probability moved by up
+to about 0.01 (measured worst 5.1e-3 over 36 Math-Shepherd steps); `TOL` = 0.02 leaves twice
+that, and float32 is far inside it. Skywork runs in transformers, whose bf16 CPU attention over
+a KV cache of another length rounds differently again: measured worst 0.028 over 16 steps with
+the test's head, so its tolerance is `TOL_SKYWORK` = 0.05.
 """
 
 from __future__ import annotations

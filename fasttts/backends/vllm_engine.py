@@ -18,7 +18,10 @@ from fasttts.models import ModelLoadError, resolve_model
 
 __all__ = ["build_engine", "configure_vllm_env", "count_prefix_cache", "engine_block_pool",
            "engine_block_size", "engine_cache_stats", "engine_counters", "engine_scheduler",
-           "min_kv_cache_tokens", "run_batch", "shutdown_engine"]
+           "min_kv_cache_tokens", "resolve_dtype", "run_batch", "shutdown_engine"]
+
+#: CPU flags (Linux /proc/cpuinfo names) under which oneDNN runs bf16 matmuls natively.
+_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 def configure_vllm_env(num_threads: int) -> None:
@@ -32,6 +35,54 @@ def configure_vllm_env(num_threads: int) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", str(num_threads))
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether this CPU computes bf16 natively (AVX-512 BF16 or AMX), from /proc/cpuinfo flags.
+
+    Without either, vLLM's CPU build logs "Failed to create oneDNN linear, fallback to torch
+    linear" and bf16 matmuls run about 5x slower than float32 (measured here: one 4-path
+    judge call 113 s in bf16, 19.5 s in float32, Qwen2.5-0.5B on 2 AVX2 cores). Unknown
+    (no cpuinfo, not Linux) counts as False.
+    """
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return False
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[-1].split())
+    return any(flag in flags for flag in _BF16_CPU_FLAGS)
+
+
+def resolve_dtype(dtype: str, is_cpu: bool | None = None) -> str:
+    """The dtype an engine is built with: `dtype` itself unless it is "auto".
+
+    "auto" on the CPU build is "bfloat16" if `cpu_has_bf16()`, else "float32"; on a GPU it is
+    vLLM's own "auto" (the checkpoint's dtype).
+
+    Args:
+        dtype: an `EngineConfig.dtype` value.
+        is_cpu: whether the platform is vLLM's CPU build; None = ask vLLM (or torch, for the
+            transformers-run Skywork PRM: no CUDA device = CPU).
+    """
+    if dtype != "auto":
+        return dtype
+    if is_cpu is None:
+        try:
+            from vllm.platforms import current_platform
+
+            is_cpu = current_platform.is_cpu()
+        except ImportError:
+            import torch
+
+            is_cpu = not torch.cuda.is_available()
+    if not is_cpu:
+        return "auto"
+    return "bfloat16" if cpu_has_bf16() else "float32"
 
 
 def engine_block_size(cfg: EngineConfig) -> int:
@@ -79,7 +130,7 @@ def build_engine(cfg: EngineConfig, **overrides: Any):
         raise ValueError(f"block_size={block_size}: vLLM's CPU attention needs a multiple of 32")
     kwargs: dict[str, Any] = dict(
         model=resolve_model(cfg.model),
-        dtype=cfg.dtype,
+        dtype=resolve_dtype(cfg.dtype, is_cpu),
         seed=cfg.seed,
         max_model_len=cfg.max_model_len,
         kv_cache_memory_bytes=cfg.kv_cache_memory_bytes,

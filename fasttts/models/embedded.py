@@ -22,11 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
+    "DERIVED_MODELS",
+    "DerivedModel",
     "EMBEDDED_MODELS",
     "EmbeddedModel",
     "ModelError",
     "ModelLoadError",
     "cache_dir",
+    "embedded_names",
     "prepare_model",
     "prepared_path",
     "resolve_model",
@@ -105,6 +108,28 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
     )
 }
 
+#: Models built from an embedded model plus a file shipped in the package (name -> builder
+#: returning the prepared folder); `fasttts.models.heads` registers the trained PRM heads.
+DERIVED_MODELS: dict[str, "DerivedModel"] = {}
+
+
+@dataclass(frozen=True)
+class DerivedModel:
+    """A model prepared from an embedded base model and package data.
+
+    Attributes:
+        name: the name users pass as `--verifier` (or `--generator`).
+        description: what it is.
+        base: the embedded model it is built from.
+        build: writes the prepared folder at the given path (called on first use).
+    """
+
+    name: str
+    description: str
+    base: str
+    build: object
+
+
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 
@@ -171,9 +196,11 @@ def prepare_model(name: str, force: bool = False) -> Path:
     Raises:
         ModelError: unknown name, chunk package missing, or size/sha256 mismatch.
     """
+    if name in DERIVED_MODELS:
+        return _prepare_derived(DERIVED_MODELS[name], force)
     if name not in EMBEDDED_MODELS:
         raise ModelError(
-            f"unknown embedded model {name!r}; embedded models are: {', '.join(EMBEDDED_MODELS)}"
+            f"unknown embedded model {name!r}; embedded models are: {', '.join(embedded_names())}"
         )
     model = EMBEDDED_MODELS[name]
     dest = prepared_path(name)
@@ -186,6 +213,27 @@ def prepare_model(name: str, force: bool = False) -> Path:
         out = Path(tmp) / "hf"
         _convert_gguf(gguf, out)
         gguf.unlink()
+        if dest.exists():
+            shutil.rmtree(dest)
+        out.rename(dest)
+    return dest
+
+
+def embedded_names() -> list[str]:
+    """Every name `prepare_model` accepts: the embedded models, then the derived ones."""
+    return [*EMBEDDED_MODELS, *DERIVED_MODELS]
+
+
+def _prepare_derived(model: DerivedModel, force: bool) -> Path:
+    """Build a derived model's folder once (into a temporary folder renamed into place)."""
+    dest = prepared_path(model.name)
+    if dest.is_dir() and (dest / "config.json").is_file() and not force:
+        return dest
+    prepare_model(model.base)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{model.name}.") as tmp:
+        out = Path(tmp) / "hf"
+        model.build(out)
         if dest.exists():
             shutil.rmtree(dest)
         out.rename(dest)
@@ -208,7 +256,7 @@ def resolve_model(name_or_path: str) -> str:
     """
     if not name_or_path or not name_or_path.strip():
         raise ModelError("model name is empty; give an embedded model name, a folder or an HF id")
-    if name_or_path in EMBEDDED_MODELS:
+    if name_or_path in EMBEDDED_MODELS or name_or_path in DERIVED_MODELS:
         return str(prepare_model(name_or_path))
     path = Path(name_or_path).expanduser()
     if path.exists():
@@ -224,6 +272,6 @@ def resolve_model(name_or_path: str) -> str:
         return name_or_path
     raise ModelError(
         f"unknown model {name_or_path!r}: not an embedded model "
-        f"({', '.join(EMBEDDED_MODELS)}), not an existing folder, and not a Hugging Face id "
+        f"({', '.join(embedded_names())}), not an existing folder, and not a Hugging Face id "
         f"of the form org/name"
     )

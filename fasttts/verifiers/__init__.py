@@ -17,6 +17,7 @@ _CLASSES = {
     "math-shepherd": ("fasttts.verifiers.math_shepherd", "MathShepherdVerifier"),
     "qwen-prm": ("fasttts.verifiers.qwen_prm", "QwenPRMVerifier"),
     "skywork": ("fasttts.verifiers.skywork", "SkyworkVerifier"),
+    "ovm": ("fasttts.verifiers.ovm", "OVMVerifier"),
 }
 VERIFIER_KINDS = tuple(_CLASSES)
 
@@ -27,8 +28,11 @@ class IncrementalNotSupported(ValueError):
 
 def infer_kind(model: str) -> str:
     """The scoring format of a verifier model from its name: Math-Shepherd, Qwen2.5-Math-PRM and
-    Skywork PRMs by name, anything else (an instruct model) as a zero-shot judge."""
+    Skywork PRMs by name, trained heads (`fasttts prm train`, names ending "-ovm") as OVMs,
+    anything else (an instruct model) as a zero-shot judge."""
     low = model.lower()
+    if low.rstrip("/").endswith("-ovm"):
+        return "ovm"
     if "math-shepherd" in low or "math_shepherd" in low:
         return "math-shepherd"
     if "qwen2.5-math-prm" in low:

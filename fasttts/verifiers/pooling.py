@@ -98,11 +98,15 @@ class PoolingPRMVerifier(Verifier):
     def path_ids(self, problem: str, steps: tuple[str, ...]) -> tuple[list[int], list[int]]:
         """(token ids of problem + steps, each step followed by the tag; position of each tag).
 
+        Tag tokens inside the head (a prompt that holds the tag text, e.g. a "\\n\\n" tag
+        after a system prompt with blank lines) come first in the positions; the last
+        `len(steps)` positions are the steps' own tags.
+
         Raises:
             ValueError: the path is longer than the PRM's context.
         """
         ids = self.head_ids(problem)
-        tags = []
+        tags = [i for i, t in enumerate(ids) if t == self.step_tag_id]  # tags in the head
         for i, step in enumerate(steps):
             ids += self.step_ids(i, step)
             ids.append(self.step_tag_id)
@@ -138,13 +142,13 @@ class PoolingPRMVerifier(Verifier):
         items = [(ids, params) for ids, _ in paths]
         outputs = run_batch(self.engine, items, self.batch_size, f"prm{next(self._calls)}")
         scores = []
-        for req, out in zip(requests, outputs):
+        for req, out, (_, tags) in zip(requests, outputs, paths):
             probs = out.outputs.data[:, self.good_class].float().tolist()
-            if len(probs) != len(req.steps):
+            if len(probs) != len(tags):
                 raise RuntimeError(
                     f"{self.name}: {len(probs)} step tags scored for {len(req.steps)} steps (a "
-                    f"step or the problem contains the step tag text {self.step_tag!r})")
-            scores.append(probs[req.start :])
+                    f"step contains the step tag text {self.step_tag!r})")
+            scores.append(probs[len(tags) - len(req.steps) + req.start :])
         return scores
 
     def _score_incremental(self, requests, paths) -> list[list[float]]:
@@ -156,12 +160,13 @@ class PoolingPRMVerifier(Verifier):
             for r, (req, (ids, tags)) in enumerate(zip(requests, paths)):
                 k = req.start + wave
                 if k < len(req.steps):
-                    if ids[: tags[k] + 1].count(self.step_tag_id) != k + 1:
+                    t = k + len(tags) - len(req.steps)  # the tag of step k, past the head's
+                    if ids[: tags[t] + 1].count(self.step_tag_id) != t + 1:
                         raise RuntimeError(
                             f"{self.name}: step {k} of a path holds the step tag text "
                             f"{self.step_tag!r}; it cannot be scored")
                     owners.append(r)
-                    items.append((ids[: tags[k] + 1], params))
+                    items.append((ids[: tags[t] + 1], params))
             tag = f"prm{next(self._calls)}"
             for r, out in zip(owners, run_batch(self.engine, items, self.batch_size, tag)):
                 scores[r].append(self.last_token_probs(out)[self.good_class])

@@ -20,6 +20,7 @@ from copy import deepcopy
 from pathlib import Path
 
 from fasttts.config import EngineConfig
+from fasttts.backends.vllm_engine import resolve_dtype
 from fasttts.models import resolve_model
 from fasttts.verifiers.base import ScoreRequest, Verifier
 
@@ -69,7 +70,8 @@ class SkyworkVerifier(Verifier):
 
         path = resolve_model(cfg.model)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        dtype = getattr(torch, cfg.dtype) if isinstance(cfg.dtype, str) else cfg.dtype
+        name = resolve_dtype(cfg.dtype, is_cpu=self.device == "cpu")
+        dtype = getattr(torch, "bfloat16" if name == "auto" else name)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModel.from_pretrained(path, dtype=dtype).to(self.device).eval()
         weight, bias = load_value_head(path)
