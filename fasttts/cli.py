@@ -367,7 +367,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from fasttts.backends.sim import static_split
-    from fasttts.backends.sim.specs import load_hardware, load_model
+    from fasttts.perf.specs import load_hardware, load_model
     from fasttts.config import SearchConfig, SimConfig
     from fasttts.runtime.memory_planner import PlanInput, plan_memory, search_shape, static_plan
 
@@ -507,7 +507,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def _add_plan_options(p: argparse.ArgumentParser) -> None:
     """The options of `fasttts plan`: specs (listed), workload and budget, with defaults."""
-    from fasttts.backends.sim.specs import hardware_names, model_names
+    from fasttts.perf.specs import hardware_names, model_names
 
     models = ", ".join(model_names())
     p.add_argument("--hardware", default="rtx4090",

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fasttts.backends.sim.specs import load_hardware, load_model
+from fasttts.perf.specs import load_hardware, load_model
 from fasttts.runtime.memory_planner import (PlanError, PlanInput, iteration_time, plan_memory,
                                             static_plan)
 
@@ -145,7 +145,7 @@ def test_real_plan_leaves_each_engine_one_max_length_sequence():
     # 64 MiB + 64 MiB, max_model_len 4096, n = 32: the roofline optimum alone would give the
     # generator 46 MiB, less than one 4096-token sequence plus vLLM's reserved block
     # (49.5 MiB at 12 KiB per token), which vLLM refuses to build
-    from fasttts.backends.sim.specs import find_model_spec
+    from fasttts.perf.specs import find_model_spec
     from fasttts.backends.vllm_engine import min_kv_cache_tokens
     from fasttts.config import (DEFAULT_GENERATOR, DEFAULT_VERIFIER, EngineConfig, RunConfig,
                                 RuntimeConfig, SearchConfig, VerifierConfig)
@@ -172,7 +172,7 @@ def reuse_time(inp, ver_bytes, gen_bytes):
     prefixes, h = min(1, cache / (W * KV bytes per token)), R = W_prefix * D / 2 tokens at the
     per-token time of one S-token prefill; a verifier that reads no prefix cache (whole-path
     scoring) keeps nothing, h = 0."""
-    from fasttts.backends.sim.roofline import StepShape, step_time
+    from fasttts.perf.roofline import StepShape, step_time
 
     if inp.iterations == 1:
         return 0.0

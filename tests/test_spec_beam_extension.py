@@ -135,7 +135,7 @@ def test_speculative_sequences_are_preempted_first():
     """Under memory pressure the engine preempts a speculative sequence, not a standard beam
     that arrived after it."""
     from fasttts.backends.sim.engine import SimEngine, SimSequence, VirtualClock
-    from fasttts.backends.sim.specs import load_hardware, load_model
+    from fasttts.perf.specs import load_hardware, load_model
 
     eng = SimEngine(load_model("qwen2.5-math-1.5b"), load_hardware("rtx4090"), VirtualClock(),
                     num_blocks=6, block_size=4, max_num_seqs=8, max_num_batched_tokens=64,

@@ -12,7 +12,7 @@ subject to B_pre * KVBytes_ver(1, S) + B_dec * KVBytes_gen(1, S_dec) <= M. Laten
 monotonically with memory, so the optimum uses the whole budget: for every feasible integer
 B_pre the largest B_dec that fits is taken, T_tot evaluated, and the minimum kept; ties go to
 the larger B_dec (decoding is the more memory-sensitive stage). T_roof is
-`fasttts.backends.sim.roofline.step_time` on the hardware spec.
+`fasttts.perf.roofline.step_time` on the hardware spec.
 
 Offloading (section 4.3.2). When M is very small, the inactive model's KV cache can be moved
 to host memory between phases, so each model alone may use all of M:
@@ -52,8 +52,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fasttts.backends.sim.roofline import StepShape, step_time
-from fasttts.backends.sim.specs import HardwareSpec, ModelSpec
+from fasttts.perf.roofline import StepShape, step_time
+from fasttts.perf.specs import HardwareSpec, ModelSpec
 
 __all__ = ["MemoryPlan", "PlanError", "PlanInput", "iteration_time", "plan_for_run", "plan_input",
            "plan_memory", "plan_real_engines", "plan_within", "real_model_specs", "search_shape",
@@ -537,14 +537,14 @@ def real_model_specs(cfg) -> tuple[ModelSpec, ModelSpec]:
     Raises:
         PlanError: a model without a spec.
     """
-    from fasttts.backends.sim.specs import find_model_spec
+    from fasttts.perf.specs import find_model_spec
 
     specs = []
     for model in (cfg.generator.model, cfg.verifier.engine.model):
         spec = find_model_spec(model)
         if spec is None:
             raise PlanError(f"the memory planner has no model spec for {model!r}; add a JSON "
-                            f"spec to fasttts/backends/sim/specs/models/ or turn the planner off "
+                            f"spec to fasttts/perf/specs/models/ or turn the planner off "
                             f"(--fasttts turns it on: give --spec-beam-extension "
                             f"--lookahead-verification --prefix-aware-scheduling instead)")
         specs.append(spec)
@@ -565,7 +565,7 @@ def plan_real_engines(cfg, hardware: str):
         PlanError: a model without a spec, nothing fits, or offloading asked for (vLLM's
             sleep mode is not wired up: the offload decision is planned and simulated only).
     """
-    from fasttts.backends.sim.specs import load_hardware
+    from fasttts.perf.specs import load_hardware
 
     specs = real_model_specs(cfg)
     if cfg.runtime.offload:

@@ -30,7 +30,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass
 
-from fasttts.backends.sim.specs import HardwareSpec, ModelSpec
+from fasttts.perf.specs import HardwareSpec, ModelSpec
 from fasttts.runtime.memory_planner import MemoryPlan, plan_for_run, plan_input, plan_within
 
 __all__ = ["Replan", "Replanner"]
@@ -191,7 +191,7 @@ def real_replanner(cfg, hardware: str, plan: MemoryPlan) -> Replanner:
     Raises:
         fasttts.runtime.memory_planner.PlanError: a model without a spec.
     """
-    from fasttts.backends.sim.specs import load_hardware
+    from fasttts.perf.specs import load_hardware
     from fasttts.runtime.memory_planner import real_model_specs
 
     from fasttts.backends.vllm_engine import min_kv_cache_tokens

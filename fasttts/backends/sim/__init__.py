@@ -1,6 +1,6 @@
 """The simulated GPU backend: the same runtime on a virtual clock (DESIGN.md, "backends/").
 
-A roofline cost model (`roofline`) times each engine step of a vLLM-style scheduler with a
+The roofline cost model (`fasttts.perf`) times each engine step of a vLLM-style scheduler with a
 paged, prefix-cached KV cache (`engine`, `kv_cache`); token streams and PRM scores come from a
 deterministic workload model (`workload`). `build_sim` makes a generator and a verifier that
 share one simulated device (one clock, one memory), with the static memory split of the
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from fasttts.backends.sim.engine import SimEngine, VirtualClock
 from fasttts.backends.sim.generator import SimGenerator
-from fasttts.backends.sim.specs import HardwareSpec, ModelSpec, load_hardware, load_model
 from fasttts.backends.sim.verifier import SimVerifier
 from fasttts.backends.sim.workload import Workload, WorkloadModel
 from fasttts.config import RunConfig, SimConfig
+from fasttts.perf.specs import HardwareSpec, ModelSpec, load_hardware, load_model
 
 __all__ = ["MemorySplit", "SimGenerator", "SimVerifier", "Workload", "WorkloadModel", "build_sim",
            "check_sim_config", "resize_sim", "static_split"]
@@ -82,7 +82,7 @@ def build_sim(cfg: RunConfig, workload: Workload | None = None) -> tuple[SimGene
         workload: the token-stream / score model; default from `cfg.sim.workload`.
 
     Raises:
-        fasttts.backends.sim.specs.SpecError: unknown hardware or model spec.
+        fasttts.perf.specs.SpecError: unknown hardware or model spec.
         ValueError: the models do not fit, a KV cache cannot hold one max_model_len sequence,
             or a verifier scoring format (`cfg.verifier.kind`) is asked for: the simulator
             does not model one.
