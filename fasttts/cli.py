@@ -208,9 +208,9 @@ def _check_models(cfg) -> None:
     from fasttts.models import EMBEDDED_MODELS, resolve_model
 
     if cfg.backend == "sim":
-        from fasttts.backends.sim import check_sim_config
+        from fasttts.engines import check_sim_engines
 
-        check_sim_config(cfg)
+        check_sim_engines(cfg)
         return
 
     for model in (cfg.generator.model, cfg.verifier.engine.model):
