@@ -17,8 +17,8 @@ from fasttts.beam import Beam
 from fasttts.config import RuntimeConfig, SearchConfig
 from fasttts.progress import IterationProgress
 from fasttts.runtime.generation import GenerationTrace, StepRequest, extend_beams
-from fasttts.runtime.lookahead import plan_requests
-from fasttts.runtime.rollout import lookahead_rollouts
+from fasttts.runtime.lookahead_verification import plan_requests
+from fasttts.runtime.lookahead_rollout import lookahead_rollouts
 from fasttts.runtime.prefix_scheduling import baseline_order, prefix_aware_order, schedule_cost
 from fasttts.runtime.spec_beam_extension import SpeculativeBeamExtension
 from fasttts.search import make_strategy
@@ -294,10 +294,10 @@ class SearchRunner:
         score. Returns the number of LookAhead Verification requests.
 
         With LookAhead Verification, complete speculative steps ride along
-        (`fasttts.runtime.lookahead`). With `outcome`, a finished beam is scored once as a
+        (`fasttts.runtime.lookahead_verification`). With `outcome`, a finished beam is scored once as a
         whole (one request whose single step is its text) and that score is its score. A beam
         with a greedy rollout in `rollouts` is scored through it
-        (`fasttts.runtime.rollout`)."""
+        (`fasttts.runtime.lookahead_rollout`)."""
         if outcome:
             done = [b for b in beams if b.finished]
             scores = self.verifier.score([ScoreRequest(problem, (b.text,)) for b in done]) if done else []

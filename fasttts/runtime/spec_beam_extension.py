@@ -25,7 +25,7 @@ to [0, L] (section 4.1, lines 18-19 of Algorithm 1: duplicates are truncated, th
 is kept whole); that copy is not the child's own random stream, which is the intended
 approximation of the paper (R = 0 turns it off and makes the search exactly equivalent).
 
-LookAhead Verification (section 4.1.3) lives in `fasttts.runtime.lookahead`.
+LookAhead Verification (section 4.1.3) lives in `fasttts.runtime.lookahead_verification`.
 """
 
 from __future__ import annotations
