@@ -108,7 +108,7 @@ def test_no_tail_latency_speculation_stops_with_the_last_beam():
         root = Beam(beam_id=0)
         beams = [root.child(i + 1) for i in range(8)]
         req = StepRequest(prompt_ids=prompt, temperature=0.8, top_p=1.0, max_tokens=2048,
-                          stop=("\n\n",), seed=0, problem_key="p", iteration=0)
+                          stop=("\n\n",), seed=0, problem_id="p", iteration=0)
         spec = SpeculativeBeamExtension(4, 0.85, 0, "p") if use else None
         extend_beams(gen, beams, req, GenerationTrace(), spec)
         steps[name] = (gen.engine.num_steps, [b.text for b in beams])
