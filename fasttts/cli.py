@@ -25,6 +25,8 @@ import threading
 import time
 import warnings
 
+from fasttts.search import METHOD_PARAMS, METHODS, methods_that
+
 __all__ = ["main", "parse_size"]
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
@@ -49,7 +51,6 @@ def parse_size(text: str) -> int:
 
 def _add_run_options(p: argparse.ArgumentParser, search: bool = True) -> None:
     from fasttts.config import DEFAULT_GENERATOR, DEFAULT_VERIFIER, SIM_GENERATOR, SIM_VERIFIER
-    from fasttts.search import METHODS
     from fasttts.verifiers import AGG_STRATEGIES, VERIFIER_KINDS
 
     g = p.add_argument_group("models")
@@ -131,8 +132,8 @@ def _add_run_options(p: argparse.ArgumentParser, search: bool = True) -> None:
                    help="step-score aggregation (default: %(default)s)")
     s.add_argument("--seed", type=int, default=0)
     for flag, kind, help_ in (
-        ("--lookahead", int, "greedy lookahead steps k before scoring (beam_search, dvts, "
-                             "dynamic_branching, vg_search; default 0)"),
+        ("--lookahead", int, f"greedy lookahead steps k before scoring "
+                             f"({', '.join(methods_that('selects_paths'))}; default 0)"),
         ("--granularity", int, "vg_search: verify and branch every g steps (default 2)"),
         ("--branch-temperature", float, "dynamic_branching: softmax temperature (default 0.2)"),
         ("--sart-m", int, "sart: completed branches that stop the request, M (default n/2)"),
@@ -143,9 +144,9 @@ def _add_run_options(p: argparse.ArgumentParser, search: bool = True) -> None:
         s.add_argument(flag, type=kind, default=None, help=help_)
 
 
-#: Method parameters whose flags are passed on only when given (each belongs to one method).
-METHOD_FLAGS = ("lookahead", "granularity", "branch_temperature", "sart_m", "sart_alpha",
-                "sart_beta", "sart_t")
+#: Search parameters whose flags are passed on only when given: greedy lookahead (of the
+#: methods that select paths) and each method's own (`fasttts.search.METHOD_PARAMS`).
+METHOD_FLAGS = ("lookahead", *METHOD_PARAMS)
 
 
 def _run_config(args: argparse.Namespace):

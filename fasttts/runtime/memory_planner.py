@@ -69,8 +69,6 @@ class PlanError(ValueError):
 #: Tokens of a path's newest step, the part siblings do not share (the simulated and real
 #: workloads' median steps are 34-90 tokens).
 PLAN_STEP_LEN = 64
-#: Methods whose paths of one iteration share their parent's prefix with beam_width siblings.
-TREE_METHODS = ("beam_search", "dvts", "vg_search", "dynamic_branching")
 
 
 @dataclass(frozen=True)
@@ -448,31 +446,25 @@ def search_shape(search, seq_len: int) -> dict:
     lineages) for a search configuration (`search`: a SearchConfig) on paths of `seq_len`
     tokens.
 
-    A step adds `PLAN_STEP_LEN` tokens (`granularity` steps per iteration for VG-search). Tree
-    methods share all but the newest step with the beam_width children of one parent. DVTS
-    keeps n / beam_width subtrees that never merge (an upper bound: finished subtrees stop).
-    Beam search, VG-search and dynamic branching keep n / (4 beam_width) lineages: fitted to
-    the trees the runtime measured on the simulator (1.5B + 7B PRM, beam_width 4, AIME 2024;
-    measured / estimated 1.4 at n = 16, 0.95-1.5 at n = 64, 0.9-1.1 at n = 256); full
-    coalescence to one lineage underestimated them 1.4-2.4x. Other methods' paths are
-    independent (lineages n, nothing shared). A method that generates each path in one pass
-    (best-of-N, self-consistency) runs one iteration. Measured trees
-    (`SearchResult.tree_tokens`) replace the estimate when re-planning (`PlanInput.tree_len`).
+    The traits are asked of the method's strategy (`fasttts.search.SearchStrategy`). A step
+    adds `PLAN_STEP_LEN` tokens, and a tree level is `steps_per_level` steps (VG-search: its
+    granularity). Methods that share prefixes (`shares_prefixes`) share all but the newest
+    level with the beam_width children of one parent, and keep `planned_lineages` distinct
+    paths at every depth (DVTS: its n / beam_width subtrees; the others n / (4 beam_width),
+    fitted to measured trees). Other methods' paths are independent (lineages n, nothing
+    shared). A method that generates each path in one pass (best-of-N, self-consistency) runs
+    one iteration. Measured trees (`SearchResult.tree_tokens`) replace the estimate when
+    re-planning (`PlanInput.tree_len`).
 
     Raises:
         fasttts.search.SearchConfigError: the search configuration is invalid.
     """
-    method, n, beam_width = search.method, search.n, search.beam_width
-    single_pass = make_strategy(search).num_iterations == 1
-    tree = method in TREE_METHODS
-    share = min(beam_width, n) if tree else 1
-    step = PLAN_STEP_LEN * (search.granularity if method == "vg_search" else 1)
-    if method == "dvts":
-        lineages = max(1, n // share)
-    elif tree:
-        lineages = max(1, n // (4 * share))
-    else:
-        lineages = n
+    strategy = make_strategy(search)
+    single_pass = strategy.num_iterations == 1
+    tree = strategy.shares_prefixes
+    share = min(search.beam_width, search.n) if tree else 1
+    step = PLAN_STEP_LEN * strategy.steps_per_level
+    lineages = strategy.planned_lineages(share)
     return dict(shared_len=max(0, seq_len - step) if tree else 0, share=share,
                 iterations=1 if single_pass else max(1, -(-seq_len // step)),
                 step_len=step, lineages=lineages)
