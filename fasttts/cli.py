@@ -25,8 +25,6 @@ import threading
 import time
 import warnings
 
-from fasttts.search import METHOD_PARAMS, METHODS, methods_that
-
 __all__ = ["main", "parse_size"]
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
@@ -51,6 +49,7 @@ def parse_size(text: str) -> int:
 
 def _add_run_options(p: argparse.ArgumentParser, search: bool = True) -> None:
     from fasttts.config import DEFAULT_GENERATOR, DEFAULT_VERIFIER, SIM_GENERATOR, SIM_VERIFIER
+    from fasttts.search import METHODS, methods_that
     from fasttts.verifiers import AGG_STRATEGIES, VERIFIER_KINDS
 
     g = p.add_argument_group("models")
@@ -114,7 +113,7 @@ def _add_run_options(p: argparse.ArgumentParser, search: bool = True) -> None:
     if not search:
         p.set_defaults(method="beam_search", n=8, beam_width=4, num_iterations=40,
                        temperature=0.8, top_p=1.0, max_tokens=2048, agg_strategy="last",
-                       seed=0, **dict.fromkeys(METHOD_FLAGS))
+                       seed=0, **dict.fromkeys(_method_flags()))
         return
     s = p.add_argument_group("search")
     s.add_argument("--method", default="beam_search",
@@ -144,9 +143,12 @@ def _add_run_options(p: argparse.ArgumentParser, search: bool = True) -> None:
         s.add_argument(flag, type=kind, default=None, help=help_)
 
 
-#: Search parameters whose flags are passed on only when given: greedy lookahead (of the
-#: methods that select paths) and each method's own (`fasttts.search.METHOD_PARAMS`).
-METHOD_FLAGS = ("lookahead", *METHOD_PARAMS)
+def _method_flags() -> tuple[str, ...]:
+    """Search parameters whose flags are passed on only when given: greedy lookahead (of the
+    methods that select paths) and each method's own (`fasttts.search.METHOD_PARAMS`)."""
+    from fasttts.search import METHOD_PARAMS
+
+    return ("lookahead", *METHOD_PARAMS)
 
 
 def _run_config(args: argparse.Namespace):
@@ -199,7 +201,7 @@ def _run_config(args: argparse.Namespace):
         search=SearchConfig(method=args.method, n=args.n, beam_width=args.beam_width,
                             num_iterations=args.num_iterations, temperature=args.temperature,
                             top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed,
-                            **{k: getattr(args, k) for k in METHOD_FLAGS
+                            **{k: getattr(args, k) for k in _method_flags()
                                if getattr(args, k) is not None}),
     )
 
