@@ -5,7 +5,7 @@ Usage:
     .venv/bin/python benchmarks/calibrate_cpu.py fit [--measured ...] [--write-spec NAME]
     .venv/bin/python benchmarks/calibrate_cpu.py compare --hardware NAME [--measured ...]
 
-`fit` fits a CPU hardware spec to the measurements (`fasttts.backends.sim.calibration`) and
+`fit` fits a CPU hardware spec to the measurements (`fasttts.perf.calibration`) and
 prints predicted vs measured per point with the median and max relative error; with
 `--write-spec` it saves the spec as a simulator hardware spec. `compare` prints the same table
 for an existing spec.
@@ -44,7 +44,7 @@ and after, wall time) and `records`, one per grid point:
      "label_L": the grid's L}
 
 The engine step a record describes is `[SeqWork(new_tokens=N, context=C)] * B` in the terms of
-`fasttts.backends.sim.roofline` (decode: N = 1, C = L, sample i exactly at `contexts[i]`;
+`fasttts.perf.roofline` (decode: N = 1, C = L, sample i exactly at `contexts[i]`;
 prefill: N = L, C = 0). A point whose estimated cost would exceed the remaining time budget
 (`--budget-s`) is skipped and listed under `skipped` with the reason, as is a point that fails.
 """
@@ -382,7 +382,7 @@ def measure(args: argparse.Namespace) -> int:
 
 
 def _steps(path: str):
-    from fasttts.backends.sim.calibration import MeasuredStep
+    from fasttts.perf.calibration import MeasuredStep
 
     data = json.loads(Path(path).read_text())
     steps = [MeasuredStep(r["kind"], r["batch"], r["context"], r["new_tokens"], r["seconds"])
@@ -391,7 +391,7 @@ def _steps(path: str):
 
 
 def _print_errors(model, hw, steps) -> None:
-    from fasttts.backends.sim.calibration import error_table
+    from fasttts.perf.calibration import error_table
 
     rows, med, mx = error_table(model, hw, steps)
     print(f"{'kind':<8}{'B':>4}{'context':>9}{'new':>6}{'measured ms':>13}{'predicted ms':>14}"
@@ -404,8 +404,8 @@ def _print_errors(model, hw, steps) -> None:
 
 
 def fit(args: argparse.Namespace) -> int:
-    from fasttts.backends.sim.calibration import fit_hardware
-    from fasttts.backends.sim.specs import _DIR, load_model
+    from fasttts.perf.calibration import fit_hardware
+    from fasttts.perf.specs import _DIR, load_model
 
     data, steps = _steps(args.measured)
     meta = data.get("meta", {})
@@ -431,7 +431,7 @@ def fit(args: argparse.Namespace) -> int:
 
 
 def compare(args: argparse.Namespace) -> int:
-    from fasttts.backends.sim.specs import load_hardware, load_model
+    from fasttts.perf.specs import load_hardware, load_model
 
     _, steps = _steps(args.measured)
     _print_errors(load_model(args.model), load_hardware(args.hardware), steps)
@@ -461,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="model spec of the measured model (default: %(default)s)")
         if name == "fit":
             f.add_argument("--write-spec", default=None, metavar="NAME",
-                           help="save the fitted spec as fasttts/backends/sim/specs/hardware/NAME.json")
+                           help="save the fitted spec as fasttts/perf/specs/hardware/NAME.json")
         else:
             f.add_argument("--hardware", required=True, help="hardware spec name or .json")
     args = parser.parse_args(argv)

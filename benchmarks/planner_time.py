@@ -14,8 +14,8 @@ import argparse
 import statistics
 import time
 
-from fasttts.backends.sim.specs import load_hardware, load_model
 from fasttts.config import SearchConfig
+from fasttts.perf.specs import load_hardware, load_model
 from fasttts.runtime.memory_planner import PlanInput, plan_memory, search_shape
 
 

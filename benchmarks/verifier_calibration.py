@@ -46,7 +46,7 @@ def _steps(rng: random.Random, count: int, words: int) -> tuple[str, ...]:
 def _sim_seconds(warm, timed, incremental: bool) -> float:
     """Simulated seconds of the timed call after the warm-up, on the same token ids."""
     from fasttts.backends.sim.engine import SimEngine, SimSequence, VirtualClock
-    from fasttts.backends.sim.specs import load_hardware, load_model
+    from fasttts.perf.specs import load_hardware, load_model
 
     model, hw = load_model("qwen2.5-coder-0.5b-instruct"), load_hardware("cpu-epyc-1thread")
     clock = VirtualClock()

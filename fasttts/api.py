@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-from fasttts.backends.base import GeneratorBackend
+from fasttts.backends.base import GeneratorBackend, Verifier
 from fasttts.config import RunConfig, SearchConfig
+from fasttts.engines import apply_change, build_engines
 from fasttts.logging_setup import configure as configure_logging
 from fasttts.runtime.loop import SearchResult, SearchRunner
 from fasttts.search import make_strategy
-from fasttts.verifiers import Verifier, build_verifier
 
 __all__ = ["FastTTS"]
-
-
-def _planner_hardware(config: RunConfig) -> str:
-    """The hardware spec the memory planner uses for real engines: the CPU calibration on the
-    CPU build of vLLM, else the configured device (`--hardware`)."""
-    try:
-        from vllm.platforms import current_platform
-
-        if current_platform.is_cpu():
-            return "cpu-epyc-1thread"
-    except ImportError:
-        pass
-    return config.sim.hardware
 
 
 class FastTTS:
@@ -51,45 +38,39 @@ class FastTTS:
     ):
         make_strategy(config.search)
         configure_logging()  # quiet by default; $FASTTTS_LOG_LEVEL shows the libraries' noise
-        self.plan = None
-        self.replanner = None
         self.replans: list = []
-        own = generator is None and verifier is None
-        if config.backend == "vllm" and config.runtime.memory_planner and generator is None:
-            from fasttts.runtime.memory_planner import plan_real_engines
-            from fasttts.runtime.replan import real_replanner
-
-            hardware = _planner_hardware(config)
-            config, self.plan = plan_real_engines(config, hardware)
-            if own:
-                self.replanner = real_replanner(config, hardware, self.plan)
-        self.config = config
-        self.generator = generator
-        self.verifier = verifier
-        try:
-            if config.backend == "sim" and own:
-                from fasttts.backends.sim import build_sim
-
-                self.generator, self.verifier = build_sim(config)
-                if config.runtime.memory_planner:
-                    from fasttts.runtime.replan import sim_replanner
-
-                    self.plan = self.generator.plan
-                    self.replanner = sim_replanner(config, self.generator, self.verifier)
-            self._build_missing()
-        except BaseException:
-            self.close()
-            raise
+        self.engines = build_engines(config, generator, verifier)
         self.runner = self._runner(config.search)
 
-    def _build_missing(self) -> None:
-        if self.generator is None:
-            from fasttts.backends.vllm_generator import VLLMGenerator
+    @property
+    def config(self) -> RunConfig:
+        """The run configuration as applied (real engines: with the memory plan written in)."""
+        return self.engines.config
 
-            self.generator = VLLMGenerator(self.config.generator)
-        if self.verifier is None:
-            self.verifier = build_verifier(self.config.verifier,
-                                           self.config.runtime.incremental_verification)
+    @property
+    def generator(self) -> GeneratorBackend | None:
+        """The generator engine (None once closed)."""
+        return self.engines.generator
+
+    @property
+    def verifier(self) -> Verifier | None:
+        """The verifier (None once closed)."""
+        return self.engines.verifier
+
+    @property
+    def plan(self):
+        """The memory plan in force (`fasttts.runtime.memory_planner.MemoryPlan`), or None."""
+        return self.engines.plan
+
+    @property
+    def replanner(self):
+        """The `fasttts.runtime.replan.Replanner` that re-plans between problems, or None;
+        set it to None to keep the first plan."""
+        return self.engines.replanner
+
+    @replanner.setter
+    def replanner(self, value) -> None:
+        self.engines.replanner = value
 
     def _runner(self, search: SearchConfig) -> SearchRunner:
         return SearchRunner(self.generator, self.verifier, search,
@@ -124,36 +105,14 @@ class FastTTS:
         return result
 
     def _replan(self, cfg: RunConfig) -> None:
-        """Apply the replanner's change for the next problem: caps always, the KV split by
-        resizing simulated engines or rebuilding real ones."""
+        """Apply the replanner's change for the next problem (`fasttts.engines.apply_change`);
+        a rebuild of real engines gets a new runner."""
         change = self.replanner.update(cfg)
         if change is None:
             return
         self.replans.append(change)
-        plan = change.plan
-        sim = self.config.backend == "sim"
-        from fasttts.runtime.memory_planner import apply_real_plan, engine_slots
-
-        # a vLLM engine's slots are fixed when it is built
-        if change.resplit or (not sim and plan.b_dec > engine_slots(self.config.generator)):
-            if sim:
-                from fasttts.backends.sim import resize_sim
-
-                resize_sim(self.generator, self.verifier, change.generator_kv_bytes,
-                           change.verifier_kv_bytes, plan.t_offload_per_iteration)
-            else:
-                self.config = apply_real_plan(self.config, plan, change.generator_kv_bytes,
-                                              change.verifier_kv_bytes)
-                self.close()
-                try:
-                    self._build_missing()
-                except BaseException:
-                    self.close()
-                    raise
-                self.runner = self._runner(self.runner.cfg)
-        self.plan = plan
-        self.generator.set_max_running(plan.b_dec)
-        self.verifier.set_batch_size(plan.b_pre)
+        if apply_change(self.engines, change):
+            self.runner = self._runner(self.runner.cfg)
 
     def check_prompt(self, problem: str, problem_id: str = "problem") -> None:
         """Raise ValueError / `PromptTooLongError` if `problem` cannot be searched (empty, or
@@ -170,10 +129,7 @@ class FastTTS:
 
     def close(self) -> None:
         """Free both engines."""
-        for part in (self.verifier, self.generator):
-            if part is not None:
-                part.close()
-        self.generator = self.verifier = None
+        self.engines.close()
 
     def __enter__(self) -> FastTTS:
         return self

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Beam", "FINISH_REASONS", "HeadStart"]
-
-#: Why a beam finished: end-of-sequence token, a final boxed answer, token/context budget hit,
-#: or an empty step (the model had nothing more to say).
-FINISH_REASONS = ("eos", "answer", "length", "empty")
+__all__ = ["Beam", "HeadStart"]
 
 
 @dataclass
@@ -46,7 +42,9 @@ class Beam:
         step_tokens: generated tokens of each step (tokens); len == len(steps).
         score: aggregated path score (`aggregate(step_scores, agg_strategy)`).
         finished: True once the beam completed.
-        finish_reason: one of FINISH_REASONS when finished.
+        finish_reason: why it finished: "eos" (end-of-sequence token), "answer" (a final
+            boxed answer), "length" (token or context budget hit) or "empty" (an empty step:
+            the model had nothing more to say); None while running.
         subtree: index of the subtree the beam belongs to (DVTS), 0 otherwise.
         branch: this beam's index among its parent's children (0, 1, ...); with parent_id it
             fixes the beam's random stream (`fasttts.runtime.generation.beam_seed`).

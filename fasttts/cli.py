@@ -51,7 +51,7 @@ def parse_size(text: str) -> int:
 
 def _add_run_options(p: argparse.ArgumentParser, search: bool = True) -> None:
     from fasttts.config import DEFAULT_GENERATOR, DEFAULT_VERIFIER, SIM_GENERATOR, SIM_VERIFIER
-    from fasttts.search import METHODS
+    from fasttts.search import METHODS, methods_that
     from fasttts.verifiers import AGG_STRATEGIES, VERIFIER_KINDS
 
     g = p.add_argument_group("models")
@@ -115,7 +115,7 @@ def _add_run_options(p: argparse.ArgumentParser, search: bool = True) -> None:
     if not search:
         p.set_defaults(method="beam_search", n=8, beam_width=4, num_iterations=40,
                        temperature=0.8, top_p=1.0, max_tokens=2048, agg_strategy="last",
-                       seed=0, **dict.fromkeys(METHOD_FLAGS))
+                       seed=0, **dict.fromkeys(_method_flags()))
         return
     s = p.add_argument_group("search")
     s.add_argument("--method", default="beam_search",
@@ -133,8 +133,8 @@ def _add_run_options(p: argparse.ArgumentParser, search: bool = True) -> None:
                    help="step-score aggregation (default: %(default)s)")
     s.add_argument("--seed", type=int, default=0)
     for flag, kind, help_ in (
-        ("--lookahead", int, "greedy lookahead steps k before scoring (beam_search, dvts, "
-                             "dynamic_branching, vg_search; default 0)"),
+        ("--lookahead", int, f"greedy lookahead steps k before scoring "
+                             f"({', '.join(methods_that('selects_paths'))}; default 0)"),
         ("--granularity", int, "vg_search: verify and branch every g steps (default 2)"),
         ("--branch-temperature", float, "dynamic_branching: softmax temperature (default 0.2)"),
         ("--sart-m", int, "sart: completed branches that stop the request, M (default n/2)"),
@@ -145,9 +145,12 @@ def _add_run_options(p: argparse.ArgumentParser, search: bool = True) -> None:
         s.add_argument(flag, type=kind, default=None, help=help_)
 
 
-#: Method parameters whose flags are passed on only when given (each belongs to one method).
-METHOD_FLAGS = ("lookahead", "granularity", "branch_temperature", "sart_m", "sart_alpha",
-                "sart_beta", "sart_t")
+def _method_flags() -> tuple[str, ...]:
+    """Search parameters whose flags are passed on only when given: greedy lookahead (of the
+    methods that select paths) and each method's own (`fasttts.search.METHOD_PARAMS`)."""
+    from fasttts.search import METHOD_PARAMS
+
+    return ("lookahead", *METHOD_PARAMS)
 
 
 def _run_config(args: argparse.Namespace):
@@ -200,7 +203,7 @@ def _run_config(args: argparse.Namespace):
         search=SearchConfig(method=args.method, n=args.n, beam_width=args.beam_width,
                             num_iterations=args.num_iterations, temperature=args.temperature,
                             top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed,
-                            **{k: getattr(args, k) for k in METHOD_FLAGS
+                            **{k: getattr(args, k) for k in _method_flags()
                                if getattr(args, k) is not None}),
     )
 
@@ -210,9 +213,9 @@ def _check_models(cfg) -> None:
     from fasttts.models import EMBEDDED_MODELS, resolve_model
 
     if cfg.backend == "sim":
-        from fasttts.backends.sim import check_sim_config
+        from fasttts.engines import check_sim_engines
 
-        check_sim_config(cfg)
+        check_sim_engines(cfg)
         return
 
     for model in (cfg.generator.model, cfg.verifier.engine.model):
@@ -369,7 +372,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from fasttts.backends.sim import static_split
-    from fasttts.backends.sim.specs import load_hardware, load_model
+    from fasttts.perf.specs import load_hardware, load_model
     from fasttts.config import SearchConfig, SimConfig
     from fasttts.runtime.memory_planner import PlanInput, plan_memory, search_shape, static_plan
 
@@ -509,7 +512,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def _add_plan_options(p: argparse.ArgumentParser) -> None:
     """The options of `fasttts plan`: specs (listed), workload and budget, with defaults."""
-    from fasttts.backends.sim.specs import hardware_names, model_names
+    from fasttts.perf.specs import hardware_names, model_names
 
     models = ", ".join(model_names())
     p.add_argument("--hardware", default="rtx4090",

@@ -142,7 +142,7 @@ class SimConfig(_Strict):
     """The simulated device of `backend="sim"` (`fasttts.backends.sim`).
 
     With the simulator, `generator.model` and `verifier.engine.model` name model specs
-    (`fasttts.backends.sim.specs.model_names()`), not weights.
+    (`fasttts.perf.specs.model_names()`), not weights.
 
     Attributes:
         hardware: hardware spec name or .json path (`rtx4090`, `h200`, ...).

@@ -21,7 +21,7 @@ class IterationProgress:
     """The state of a search after one of its iterations.
 
     Attributes:
-        problem_key: the problem's id.
+        problem_id: the problem's id.
         iteration: the iteration just finished (0-based).
         max_iterations: the method's iteration budget (the search may stop sooner).
         live: paths still unfinished after this iteration's generation (before the method
@@ -31,7 +31,7 @@ class IterationProgress:
         elapsed_s: search time so far on the backend's clock (s; virtual on the simulator).
     """
 
-    problem_key: str
+    problem_id: str
     iteration: int
     max_iterations: int
     live: int
@@ -68,7 +68,7 @@ class SearchStatus:
     def __call__(self, p: IterationProgress) -> None:
         from tqdm import tqdm
 
-        desc = self.label or f"problem {p.problem_key}"
+        desc = self.label or f"problem {p.problem_id}"
         if self.bar is None:
             # miniters=1: refreshes are throttled by time only (tqdm would also skip by count)
             self.bar = tqdm(total=p.max_iterations, initial=p.iteration + 1, desc=desc,
@@ -79,12 +79,12 @@ class SearchStatus:
         else:
             self.bar.set_description_str(desc, refresh=False)
             self.bar.set_postfix_str(p.describe(), refresh=False)
-            if p.problem_key != self.key:  # a new problem: shown at once, from its iteration
+            if p.problem_id != self.key:  # a new problem: shown at once, from its iteration
                 self.bar.total, self.bar.n = p.max_iterations, p.iteration + 1
                 self.bar.refresh()
             else:  # throttled to one refresh per 0.2 s (the simulator runs ~100 iterations/s)
                 self.bar.update(p.iteration + 1 - self.bar.n)
-        self.key = p.problem_key
+        self.key = p.problem_id
 
     def close(self) -> None:
         """Clear the status line."""

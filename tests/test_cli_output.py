@@ -66,7 +66,7 @@ def test_solve_and_eval_show_progress_within_a_problem(tmp_path, capsys):
 
 
 def test_help_names_every_command_and_plan_lists_specs_and_defaults(capsys):
-    from fasttts.backends.sim.specs import hardware_names, model_names
+    from fasttts.perf.specs import hardware_names, model_names
 
     assert all(c in build_parser().description for c in ("solve", "eval", "serve", "plan"))
     with pytest.raises(SystemExit):

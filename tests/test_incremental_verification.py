@@ -5,6 +5,7 @@ and so the same search decisions; offload is charged once per iteration."""
 import pytest
 
 from fasttts.backends.sim import build_sim
+from fasttts.engines import build_engines
 from fasttts.config import (EngineConfig, RunConfig, RuntimeConfig, SearchConfig, SimConfig,
                             VerifierConfig)
 from fasttts.verifiers import IncrementalNotSupported, build_verifier
@@ -71,8 +72,8 @@ def test_offload_is_charged_once_per_iteration():
                                  "verifier": cfg.verifier.model_copy(update={
                                      "engine": cfg.verifier.engine.model_copy(
                                          update={"max_model_len": 2048})})})
-    gen, ver = build_sim(cfg)
-    plan = gen.plan
+    engines = build_engines(cfg)
+    ver, plan = engines.verifier, engines.plan
     assert plan.offload and plan.iterations > 1
     per_iteration = 4 * 256 * MiB / 25e9  # the rtx4090 spec's host link
     assert ver.offload_s == pytest.approx(per_iteration)
@@ -83,7 +84,7 @@ def test_offload_is_charged_once_per_iteration():
 
 
 def test_planner_gives_a_whole_path_verifier_no_reuse():
-    from fasttts.backends.sim.specs import load_hardware, load_model
+    from fasttts.perf.specs import load_hardware, load_model
     from fasttts.runtime.memory_planner import plan_input, plan_memory
 
     gen, ver, hw = load_model("qwen2.5-math-1.5b"), load_model("math-shepherd-7b"), load_hardware("rtx4090")

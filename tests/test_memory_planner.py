@@ -2,7 +2,7 @@
 
 import pytest
 
-from fasttts.backends.sim.specs import load_hardware, load_model
+from fasttts.perf.specs import load_hardware, load_model
 from fasttts.runtime.memory_planner import (PlanError, PlanInput, iteration_time, plan_memory,
                                             static_plan)
 
@@ -84,8 +84,8 @@ def test_bad_input():
 
 
 def test_planner_applied_to_the_simulated_device():
-    from fasttts.backends.sim import build_sim
     from fasttts.config import EngineConfig, RunConfig, RuntimeConfig, SearchConfig, SimConfig, VerifierConfig
+    from fasttts.engines import build_engines
 
     def cfg(**rt):
         return RunConfig(backend="sim", generator=EngineConfig(model="qwen2.5-math-1.5b"),
@@ -93,13 +93,14 @@ def test_planner_applied_to_the_simulated_device():
                          search=SearchConfig(n=64), runtime=RuntimeConfig(**rt),
                          sim=SimConfig(generator_kv_cache_bytes=int(1.5 * GiB),
                                        verifier_kv_cache_bytes=int(1.5 * GiB)))
-    gen, ver = build_sim(cfg(memory_planner=True))
-    plan = gen.plan
+    planned = build_engines(cfg(memory_planner=True))
+    gen, ver, plan = planned.generator, planned.verifier, planned.plan
     assert gen.engine.max_num_seqs == plan.b_dec and ver.engine.max_num_seqs == plan.b_pre
     kv_total = (gen.engine.kv.num_blocks * 16 * 28672 + ver.engine.kv.num_blocks * 16 * 131072)
     assert 3 * GiB - 2 * 16 * 131072 <= kv_total <= 3 * GiB
-    base_gen, _ = build_sim(cfg())
-    assert base_gen.plan is None and base_gen.engine.max_num_seqs == 256
+    base = build_engines(cfg())
+    assert base.plan is None and base.replanner is None
+    assert base.generator.engine.max_num_seqs == 256
 
 
 def test_offload_is_an_option_of_the_planner():
@@ -111,7 +112,7 @@ def test_offload_is_an_option_of_the_planner():
 
 def test_real_engine_plan_needs_model_specs():
     from fasttts.config import EngineConfig, RunConfig, RuntimeConfig, SearchConfig
-    from fasttts.runtime.memory_planner import plan_real_engines
+    from fasttts.engines.real import plan_real_engines
 
     cfg = RunConfig(runtime=RuntimeConfig(memory_planner=True), search=SearchConfig(n=16))
     planned, plan = plan_real_engines(cfg, "cpu-epyc-1thread")
@@ -145,11 +146,11 @@ def test_real_plan_leaves_each_engine_one_max_length_sequence():
     # 64 MiB + 64 MiB, max_model_len 4096, n = 32: the roofline optimum alone would give the
     # generator 46 MiB, less than one 4096-token sequence plus vLLM's reserved block
     # (49.5 MiB at 12 KiB per token), which vLLM refuses to build
-    from fasttts.backends.sim.specs import find_model_spec
     from fasttts.backends.vllm_engine import min_kv_cache_tokens
     from fasttts.config import (DEFAULT_GENERATOR, DEFAULT_VERIFIER, EngineConfig, RunConfig,
                                 RuntimeConfig, SearchConfig, VerifierConfig)
-    from fasttts.runtime.memory_planner import plan_real_engines
+    from fasttts.engines.real import plan_real_engines
+    from fasttts.perf.specs import find_model_spec
 
     eng = dict(kv_cache_memory_bytes=64 << 20, max_model_len=4096, block_size=128)
     cfg = RunConfig(generator=EngineConfig(model=DEFAULT_GENERATOR, **eng),
@@ -172,7 +173,7 @@ def reuse_time(inp, ver_bytes, gen_bytes):
     prefixes, h = min(1, cache / (W * KV bytes per token)), R = W_prefix * D / 2 tokens at the
     per-token time of one S-token prefill; a verifier that reads no prefix cache (whole-path
     scoring) keeps nothing, h = 0."""
-    from fasttts.backends.sim.roofline import StepShape, step_time
+    from fasttts.perf.roofline import StepShape, step_time
 
     if inp.iterations == 1:
         return 0.0

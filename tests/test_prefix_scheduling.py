@@ -6,8 +6,23 @@ import random
 import pytest
 
 from fasttts.beam import Beam
-from fasttts.runtime.prefix_scheduling import (baseline_order, greedy_order, prefix_aware_order,
-                                               schedule_cost, shared_prefix)
+from fasttts.runtime.prefix_scheduling import (baseline_order, prefix_aware_order, schedule_cost,
+                                               shared_prefix)
+
+
+def _greedy_order(cots):
+    """The greedy invariant of section 4.2 applied literally: start with the first CoT, then
+    always take the remaining CoT sharing the longest prefix with the last one (ties: the
+    earliest). Returns indices into `cots`."""
+    if not cots:
+        return []
+    order, left = [0], list(range(1, len(cots)))
+    while left:
+        last = cots[order[-1]]
+        nxt = max(left, key=lambda i: (shared_prefix(last, cots[i]), -i))
+        order.append(nxt)
+        left.remove(nxt)
+    return order
 
 
 def _score(cots, order):
@@ -45,7 +60,7 @@ def test_prefix_aware_order_is_optimal_under_single_cot(seed):
     ordered = prefix_aware_order(children, previous)
     index = {b.beam_id: i for i, b in enumerate(children)}
     assert _score(cots, [index[b.beam_id] for b in ordered]) == best
-    assert _score(cots, greedy_order(cots)) == best
+    assert _score(cots, _greedy_order(cots)) == best
     worst = min(_score(cots, list(o)) for o in itertools.permutations(range(len(cots))))
     # cost = total nodes - shared prefixes: the optimum has the least cost
     costs = {schedule_cost([cots[i] for i in o]) for o in itertools.permutations(range(len(cots)))}

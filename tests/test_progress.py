@@ -20,7 +20,7 @@ def test_the_loop_reports_each_iteration():
     result = SearchRunner(gen, ScriptedVerifier(SCORES, gen), cfg).run("problem", "p0",
                                                                        on_progress=events.append)
     assert [e.iteration for e in events] == list(range(result.num_iterations)) == [0, 1, 2]
-    assert {e.problem_key for e in events} == {"p0"} and {e.max_iterations for e in events} == {3}
+    assert {e.problem_id for e in events} == {"p0"} and {e.max_iterations for e in events} == {3}
     # iteration 0: 4 children, none done; iteration 1: beam 7 answers; iteration 2: all finish
     assert [(e.live, e.finished) for e in events] == [(4, 0), (3, 1), (0, 5)]
     tokens = [e.tokens for e in events]

@@ -4,8 +4,8 @@ import itertools
 
 import pytest
 
-from fasttts.backends.sim.specs import load_hardware, load_model
 from fasttts.config import RunConfig
+from fasttts.perf.specs import load_hardware, load_model
 from fasttts.runtime.memory_planner import (iteration_time, plan_for_run, plan_input,
                                             plan_within)
 from fasttts.runtime.replan import Replanner

@@ -7,9 +7,9 @@ import pytest
 from fasttts.backends.base import GenerationParams
 from fasttts.backends.sim import build_sim, static_split
 from fasttts.backends.sim import tokenizer as tok
-from fasttts.backends.sim.specs import load_hardware, load_model
 from fasttts.cli import main
 from fasttts.config import EngineConfig, RunConfig, SearchConfig, SimConfig, VerifierConfig
+from fasttts.perf.specs import load_hardware, load_model
 from fasttts.runtime.loop import SearchRunner
 from fasttts.steps import build_messages
 

@@ -4,7 +4,7 @@ import pytest
 
 from fasttts.backends.sim.engine import SimEngine, SimSequence, VirtualClock
 from fasttts.backends.sim.kv_cache import KVCacheManager, KVSeqState
-from fasttts.backends.sim.specs import load_hardware, load_model
+from fasttts.perf.specs import load_hardware, load_model
 
 
 def _engine(num_blocks, block_size, max_model_len, **kw):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from fasttts.backends.sim.roofline import SeqWork, StepShape, step_flops_bytes, step_time
-from fasttts.backends.sim.specs import SpecError, load_hardware, load_model, model_names
+from fasttts.perf.roofline import SeqWork, StepShape, step_flops_bytes, step_time
+from fasttts.perf.specs import SpecError, load_hardware, load_model, model_names
 
 
 def test_param_counts_match_the_model_cards():

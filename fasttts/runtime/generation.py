@@ -19,13 +19,13 @@ from fasttts.steps import has_final_answer, split_steps
 __all__ = ["GenerationTrace", "StepRequest", "beam_seed", "extend_beams"]
 
 
-def beam_seed(base_seed: int, problem_key: str, parent_id: int | None, branch: int) -> int:
+def beam_seed(base_seed: int, problem_id: str, parent_id: int | None, branch: int) -> int:
     """Per-sequence seed of the `branch`-th child of beam `parent_id` in a problem's search.
 
     The same search decisions draw the same random stream whatever order or batch the engine
     runs them in; and a speculative branch of a beam (SBE) draws exactly the stream its
     future child of the same branch index will draw. Returns an int in [0, 2**31)."""
-    key = f"{base_seed}|{problem_key}|{parent_id}|{branch}".encode()
+    key = f"{base_seed}|{problem_id}|{parent_id}|{branch}".encode()
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") % (1 << 31)
 
 
@@ -51,7 +51,7 @@ class StepRequest:
     max_tokens: int
     stop: tuple[str, ...]
     seed: int
-    problem_key: str
+    problem_id: str
     iteration: int
     step_delimiter: str = "\n\n"
     ordered_priorities: bool = False
@@ -118,7 +118,7 @@ def extend_beams(
         if budget <= 0:
             return None
         return GenerationParams(max_tokens=budget, temperature=req.temperature, top_p=req.top_p,
-                                seed=beam_seed(req.seed, req.problem_key, parent_id, branch),
+                                seed=beam_seed(req.seed, req.problem_id, parent_id, branch),
                                 stop=stop)
 
     try:
@@ -140,7 +140,7 @@ def extend_beams(
                     _finish_step(beam, text0, "length", req, pieces0)
                 beam.finished, beam.finish_reason = True, "length"
                 continue
-            seq_id = f"{req.problem_key}/it{req.iteration}{req.tag}/b{beam.beam_id}"
+            seq_id = f"{req.problem_id}/it{req.iteration}{req.tag}/b{beam.beam_id}"
             generator.add_sequence(seq_id, req.prompt_ids + beam.token_ids, p,
                                    priority=position if req.ordered_priorities else 0)
             by_seq[seq_id], new_text[seq_id], pieces[seq_id] = beam, text0, pieces0

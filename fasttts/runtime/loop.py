@@ -17,8 +17,8 @@ from fasttts.beam import Beam
 from fasttts.config import RuntimeConfig, SearchConfig
 from fasttts.progress import IterationProgress
 from fasttts.runtime.generation import GenerationTrace, StepRequest, extend_beams
-from fasttts.runtime.lookahead import plan_requests
-from fasttts.runtime.rollout import lookahead_rollouts
+from fasttts.runtime.lookahead_verification import plan_requests
+from fasttts.runtime.lookahead_rollout import lookahead_rollouts
 from fasttts.runtime.prefix_scheduling import baseline_order, prefix_aware_order, schedule_cost
 from fasttts.runtime.spec_beam_extension import SpeculativeBeamExtension
 from fasttts.search import make_strategy
@@ -38,7 +38,7 @@ class SearchResult:
     `fasttts.eval.metrics`.
 
     Attributes:
-        problem_key: the problem's id.
+        problem_id: the problem's id.
         completions: returned completed paths, at most n, best aggregated score first.
         num_iterations: iterations run.
         start_time, end_time: search start and end on the backend clock (s).
@@ -66,7 +66,7 @@ class SearchResult:
         answer_rule: the vote that gives the method's answer ("weighted", "majority", "best").
     """
 
-    problem_key: str
+    problem_id: str
     completions: list[Beam]
     num_iterations: int
     start_time: float
@@ -128,7 +128,7 @@ class SearchRunner:
         self.agg_strategy = agg_strategy
         self.on_select = on_select
 
-    def run(self, problem: str, problem_key: str = "problem", on_progress=None) -> SearchResult:
+    def run(self, problem: str, problem_id: str = "problem", on_progress=None) -> SearchResult:
         """Search for solutions of one problem; `on_progress`, if given, is called with an
         `IterationProgress` after each iteration (`fasttts.progress`).
 
@@ -137,7 +137,7 @@ class SearchRunner:
             PromptTooLongError: the prompt does not leave room for one generated token.
         """
         cfg = self.cfg
-        prompt_ids = self.prompt_ids(problem, problem_key)
+        prompt_ids = self.prompt_ids(problem, problem_id)
         strategy = make_strategy(cfg)  # per-search state starts fresh
         ids = itertools.count()
         cache_before = self.generator.cache_stats()
@@ -152,7 +152,7 @@ class SearchRunner:
         stopped_early = False
         rt = self.runtime
         sbe = (SpeculativeBeamExtension(cfg.beam_width, rt.spec_truncation_ratio, cfg.seed,
-                                        problem_key) if rt.spec_beam_extension else None)
+                                        problem_id) if rt.spec_beam_extension else None)
         num_lookahead = 0
         previous: list[int] = []  # beam ids in the generator's last submission order
         prm_previous: list[int] = []  # and in the PRM's
@@ -179,7 +179,7 @@ class SearchRunner:
                 max_tokens=cfg.max_tokens,
                 stop=() if last else (cfg.step_delimiter,),
                 seed=cfg.seed,
-                problem_key=problem_key,
+                problem_id=problem_id,
                 iteration=iteration,
                 step_delimiter=cfg.step_delimiter,
                 ordered_priorities=rt.prefix_aware_scheduling,
@@ -219,7 +219,7 @@ class SearchRunner:
                     live.append(beam)
             completed += finished
             if on_progress is not None:
-                on_progress(IterationProgress(problem_key, iteration, strategy.num_iterations,
+                on_progress(IterationProgress(problem_id, iteration, strategy.num_iterations,
                                               len(live), len(completed), trace.tokens,
                                               t2 - start))
             if not live:
@@ -233,7 +233,7 @@ class SearchRunner:
         end = self.generator.now()
         verifier_cache = self.verifier.cache_stats()
         return SearchResult(
-            problem_key=problem_key,
+            problem_id=problem_id,
             completions=strategy.finalize(completed),
             num_iterations=iteration + 1,
             start_time=start,
@@ -272,7 +272,7 @@ class SearchRunner:
         nodes = {node for beam in children for node in beam.lineage}
         return prompt_tokens + sum(own.get(node, 0) for node in nodes)
 
-    def prompt_ids(self, problem: str, problem_key: str = "problem") -> list[int]:
+    def prompt_ids(self, problem: str, problem_id: str = "problem") -> list[int]:
         """The generator prompt of a problem, checked to fit the context.
 
         Raises:
@@ -282,7 +282,7 @@ class SearchRunner:
         ids = self.generator.encode_chat(build_messages(problem, self.cfg.system_prompt))
         if len(ids) >= self.generator.max_model_len:
             raise PromptTooLongError(
-                f"the prompt of problem {problem_key!r} has {len(ids)} tokens but the model's "
+                f"the prompt of problem {problem_id!r} has {len(ids)} tokens but the model's "
                 f"context is {self.generator.max_model_len} tokens; shorten the problem or "
                 f"raise --max-model-len"
             )
@@ -294,10 +294,10 @@ class SearchRunner:
         score. Returns the number of LookAhead Verification requests.
 
         With LookAhead Verification, complete speculative steps ride along
-        (`fasttts.runtime.lookahead`). With `outcome`, a finished beam is scored once as a
+        (`fasttts.runtime.lookahead_verification`). With `outcome`, a finished beam is scored once as a
         whole (one request whose single step is its text) and that score is its score. A beam
         with a greedy rollout in `rollouts` is scored through it
-        (`fasttts.runtime.rollout`)."""
+        (`fasttts.runtime.lookahead_rollout`)."""
         if outcome:
             done = [b for b in beams if b.finished]
             scores = self.verifier.score([ScoreRequest(problem, (b.text,)) for b in done]) if done else []

@@ -12,7 +12,7 @@ subject to B_pre * KVBytes_ver(1, S) + B_dec * KVBytes_gen(1, S_dec) <= M. Laten
 monotonically with memory, so the optimum uses the whole budget: for every feasible integer
 B_pre the largest B_dec that fits is taken, T_tot evaluated, and the minimum kept; ties go to
 the larger B_dec (decoding is the more memory-sensitive stage). T_roof is
-`fasttts.backends.sim.roofline.step_time` on the hardware spec.
+`fasttts.perf.roofline.step_time` on the hardware spec.
 
 Offloading (section 4.3.2). When M is very small, the inactive model's KV cache can be moved
 to host memory between phases, so each model alone may use all of M:
@@ -52,12 +52,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fasttts.backends.sim.roofline import StepShape, step_time
-from fasttts.backends.sim.specs import HardwareSpec, ModelSpec
+from fasttts.perf.roofline import StepShape, step_time
+from fasttts.perf.specs import HardwareSpec, ModelSpec
+from fasttts.search import make_strategy
+from fasttts.verifiers import reads_prefix_cache
 
 __all__ = ["MemoryPlan", "PlanError", "PlanInput", "iteration_time", "plan_for_run", "plan_input",
-           "plan_memory", "plan_real_engines", "plan_within", "real_model_specs", "search_shape",
-           "static_plan", "apply_real_plan", "engine_slots"]
+           "plan_memory", "plan_within", "search_shape", "static_plan"]
 
 
 class PlanError(ValueError):
@@ -68,8 +69,6 @@ class PlanError(ValueError):
 #: Tokens of a path's newest step, the part siblings do not share (the simulated and real
 #: workloads' median steps are 34-90 tokens).
 PLAN_STEP_LEN = 64
-#: Methods whose paths of one iteration share their parent's prefix with beam_width siblings.
-TREE_METHODS = ("beam_search", "dvts", "vg_search", "dynamic_branching")
 
 
 @dataclass(frozen=True)
@@ -447,33 +446,25 @@ def search_shape(search, seq_len: int) -> dict:
     lineages) for a search configuration (`search`: a SearchConfig) on paths of `seq_len`
     tokens.
 
-    A step adds `PLAN_STEP_LEN` tokens (`granularity` steps per iteration for VG-search). Tree
-    methods share all but the newest step with the beam_width children of one parent. DVTS
-    keeps n / beam_width subtrees that never merge (an upper bound: finished subtrees stop).
-    Beam search, VG-search and dynamic branching keep n / (4 beam_width) lineages: fitted to
-    the trees the runtime measured on the simulator (1.5B + 7B PRM, beam_width 4, AIME 2024;
-    measured / estimated 1.4 at n = 16, 0.95-1.5 at n = 64, 0.9-1.1 at n = 256); full
-    coalescence to one lineage underestimated them 1.4-2.4x. Other methods' paths are
-    independent (lineages n, nothing shared). A method that generates each path in one pass
-    (best-of-N, self-consistency) runs one iteration. Measured trees
-    (`SearchResult.tree_tokens`) replace the estimate when re-planning (`PlanInput.tree_len`).
+    The traits are asked of the method's strategy (`fasttts.search.SearchStrategy`). A step
+    adds `PLAN_STEP_LEN` tokens, and a tree level is `steps_per_level` steps (VG-search: its
+    granularity). Methods that share prefixes (`shares_prefixes`) share all but the newest
+    level with the beam_width children of one parent, and keep `planned_lineages` distinct
+    paths at every depth (DVTS: its n / beam_width subtrees; the others n / (4 beam_width),
+    fitted to measured trees). Other methods' paths are independent (lineages n, nothing
+    shared). A method that generates each path in one pass (best-of-N, self-consistency) runs
+    one iteration. Measured trees (`SearchResult.tree_tokens`) replace the estimate when
+    re-planning (`PlanInput.tree_len`).
 
     Raises:
         fasttts.search.SearchConfigError: the search configuration is invalid.
     """
-    from fasttts.search import make_strategy
-
-    method, n, beam_width = search.method, search.n, search.beam_width
-    single_pass = make_strategy(search).num_iterations == 1
-    tree = method in TREE_METHODS
-    share = min(beam_width, n) if tree else 1
-    step = PLAN_STEP_LEN * (search.granularity if method == "vg_search" else 1)
-    if method == "dvts":
-        lineages = max(1, n // share)
-    elif tree:
-        lineages = max(1, n // (4 * share))
-    else:
-        lineages = n
+    strategy = make_strategy(search)
+    single_pass = strategy.num_iterations == 1
+    tree = strategy.shares_prefixes
+    share = min(search.beam_width, search.n) if tree else 1
+    step = PLAN_STEP_LEN * strategy.steps_per_level
+    lineages = strategy.planned_lineages(share)
     return dict(shared_len=max(0, seq_len - step) if tree else 0, share=share,
                 iterations=1 if single_pass else max(1, -(-seq_len // step)),
                 step_len=step, lineages=lineages)
@@ -495,8 +486,6 @@ def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
         ValueError: a size below 1 (see `PlanInput`).
         fasttts.search.SearchConfigError: the search configuration is invalid.
     """
-    from fasttts.verifiers import reads_prefix_cache
-
     seq_len = min(seq_len or cfg.runtime.plan_seq_len or 256 + cfg.search.max_tokens // 2,
                   cfg.generator.max_model_len)
     shape = search_shape(cfg.search, seq_len)
@@ -529,82 +518,6 @@ def plan_for_run(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
                                   tree_len),
                        allow_offload)
     return plan, budget if plan.offload else plan.verifier_kv_bytes
-
-
-def real_model_specs(cfg) -> tuple[ModelSpec, ModelSpec]:
-    """The (generator, verifier) model specs of a real-engine config.
-
-    Raises:
-        PlanError: a model without a spec.
-    """
-    from fasttts.backends.sim.specs import find_model_spec
-
-    specs = []
-    for model in (cfg.generator.model, cfg.verifier.engine.model):
-        spec = find_model_spec(model)
-        if spec is None:
-            raise PlanError(f"the memory planner has no model spec for {model!r}; add a JSON "
-                            f"spec to fasttts/backends/sim/specs/models/ or turn the planner off "
-                            f"(--fasttts turns it on: give --spec-beam-extension "
-                            f"--lookahead-verification --prefix-aware-scheduling instead)")
-        specs.append(spec)
-    return specs[0], specs[1]
-
-
-def plan_real_engines(cfg, hardware: str):
-    """`cfg` (a RunConfig for real vLLM engines) with the planner's KV sizes and batch caps
-    applied (`apply_real_plan`): the generator's and verifier's `kv_cache_memory_bytes`
-    re-split from their sum, the generator's admission limit = B_dec, the verifier's batch =
-    B_pre. Returns (config, plan).
-
-    Args:
-        cfg: the run configuration.
-        hardware: hardware spec of the machine (the CPU calibration on CPUs).
-
-    Raises:
-        PlanError: a model without a spec, nothing fits, or offloading asked for (vLLM's
-            sleep mode is not wired up: the offload decision is planned and simulated only).
-    """
-    from fasttts.backends.sim.specs import load_hardware
-
-    specs = real_model_specs(cfg)
-    if cfg.runtime.offload:
-        raise PlanError("offloading is planned and simulated (--backend sim) but not applied to "
-                        "real vLLM engines yet; drop --offload")
-    gen_cfg, ver_cfg = cfg.generator, cfg.verifier.engine
-    budget = gen_cfg.kv_cache_memory_bytes + ver_cfg.kv_cache_memory_bytes
-    from fasttts.backends.vllm_engine import min_kv_cache_tokens
-
-    plan, ver_kv = plan_for_run(cfg, budget, specs[0], specs[1], load_hardware(hardware),
-                                allow_offload=False,
-                                verifier_min_tokens=min_kv_cache_tokens(ver_cfg),
-                                generator_min_tokens=min_kv_cache_tokens(gen_cfg))
-    return apply_real_plan(cfg, plan, budget - ver_kv, ver_kv), plan
-
-
-def engine_slots(gen_cfg) -> int:
-    """The running-sequence slots (vLLM `max_num_seqs`) a generator engine built from
-    `gen_cfg` (an EngineConfig) has: its `extra_engine_args` value, else 256 (vLLM's CPU
-    default for offline use)."""
-    return gen_cfg.extra_engine_args.get("max_num_seqs", 256)
-
-
-def apply_real_plan(cfg, plan: MemoryPlan, generator_kv_bytes: int, verifier_kv_bytes: int):
-    """`cfg` with a plan's KV sizes and caps for real engines: the generator's
-    `kv_cache_memory_bytes` and its vLLM admission limit `max_num_active_seqs` = B_dec (with
-    `max_num_seqs`, the engine's slots, at least that and at least the configured value or
-    256, so later re-plans can raise the limit without a rebuild), the verifier's KV size and
-    batch B_pre."""
-    gen_cfg, ver_cfg = cfg.generator, cfg.verifier.engine
-    slots = max(plan.b_dec, engine_slots(gen_cfg))
-    gen = gen_cfg.model_copy(update={
-        "kv_cache_memory_bytes": generator_kv_bytes,
-        "extra_engine_args": {**gen_cfg.extra_engine_args, "max_num_seqs": slots,
-                              "max_num_active_seqs": plan.b_dec}})
-    ver = cfg.verifier.model_copy(update={
-        "batch_size": plan.b_pre,
-        "engine": ver_cfg.model_copy(update={"kv_cache_memory_bytes": verifier_kv_bytes})})
-    return cfg.model_copy(update={"generator": gen, "verifier": ver})
 
 
 def static_plan(inp: PlanInput, generator_share: float = 0.5) -> MemoryPlan:

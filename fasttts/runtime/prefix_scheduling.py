@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from fasttts.beam import Beam
 
-__all__ = ["baseline_order", "greedy_order", "prefix_aware_order", "schedule_cost", "shared_prefix"]
+__all__ = ["baseline_order", "prefix_aware_order", "schedule_cost", "shared_prefix"]
 
 
 def _groups(children: list[Beam], previous: Sequence[int]) -> list[list[Beam]]:
@@ -63,21 +63,6 @@ def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
             break
         n += 1
     return n
-
-
-def greedy_order(cots: list[Sequence[int]]) -> list[int]:
-    """The greedy invariant of section 4.2 applied literally: start with the first CoT, then
-    always take the remaining CoT sharing the longest prefix with the last one (ties: the
-    earliest). Returns indices into `cots`."""
-    if not cots:
-        return []
-    order, left = [0], list(range(1, len(cots)))
-    while left:
-        last = cots[order[-1]]
-        nxt = max(left, key=lambda i: (shared_prefix(last, cots[i]), -i))
-        order.append(nxt)
-        left.remove(nxt)
-    return order
 
 
 def schedule_cost(cots: list[Sequence[int]], capacity: int | None = None) -> int:

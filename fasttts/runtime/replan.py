@@ -30,7 +30,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass
 
-from fasttts.backends.sim.specs import HardwareSpec, ModelSpec
+from fasttts.perf.specs import HardwareSpec, ModelSpec
 from fasttts.runtime.memory_planner import MemoryPlan, plan_for_run, plan_input, plan_within
 
 __all__ = ["Replan", "Replanner"]
@@ -168,38 +168,3 @@ class Replanner:
         self.num_replans += 1
         return Replan(self.plan, self.generator_kv_bytes, self.verifier_kv_bytes, resplit,
                       inp.num_requests, inp.verifier_len)
-
-
-def sim_replanner(cfg, generator, verifier) -> Replanner:
-    """The replanner of simulated engines built by `fasttts.backends.sim.build_sim` with the
-    planner on (`generator.plan`, `generator.memory` and `generator.kv_split` set)."""
-    gen_engine, ver_engine = generator.engine, verifier.engine
-    bs = gen_engine.kv.block_size
-    split = generator.memory
-    gen_kv, ver_kv = generator.kv_split
-    return Replanner(
-        split.generator_kv + split.verifier_kv, gen_engine.model, ver_engine.model,
-        gen_engine.hw, cfg.runtime.offload, -(-cfg.verifier.engine.max_model_len // bs) * bs,
-        generator.plan, gen_kv, ver_kv, cfg.runtime.replan_min_shift,
-        generator_min_tokens=-(-cfg.generator.max_model_len // bs) * bs)
-
-
-def real_replanner(cfg, hardware: str, plan: MemoryPlan) -> Replanner:
-    """The replanner of real engines whose config `plan_real_engines` produced (`cfg`, `plan`)
-    on `hardware` (a hardware spec name).
-
-    Raises:
-        fasttts.runtime.memory_planner.PlanError: a model without a spec.
-    """
-    from fasttts.backends.sim.specs import load_hardware
-    from fasttts.runtime.memory_planner import real_model_specs
-
-    from fasttts.backends.vllm_engine import min_kv_cache_tokens
-
-    gen, ver = real_model_specs(cfg)
-    gen_kv = cfg.generator.kv_cache_memory_bytes
-    ver_kv = cfg.verifier.engine.kv_cache_memory_bytes
-    return Replanner(gen_kv + ver_kv, gen, ver, load_hardware(hardware), False,
-                     min_kv_cache_tokens(cfg.verifier.engine), plan, gen_kv, ver_kv,
-                     cfg.runtime.replan_min_shift,
-                     generator_min_tokens=min_kv_cache_tokens(cfg.generator))

@@ -25,7 +25,7 @@ to [0, L] (section 4.1, lines 18-19 of Algorithm 1: duplicates are truncated, th
 is kept whole); that copy is not the child's own random stream, which is the intended
 approximation of the paper (R = 0 turns it off and makes the search exactly equivalent).
 
-LookAhead Verification (section 4.1.3) lives in `fasttts.runtime.lookahead`.
+LookAhead Verification (section 4.1.3) lives in `fasttts.runtime.lookahead_verification`.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class SpeculativeBeamExtension:
         truncation_ratio: R; duplicates without their own branch get R x L tokens on average
             (0 disables the copies).
         seed: base seed of the truncation draws.
-        problem_key: the problem's id (part of sequence ids and seeds).
+        problem_id: the problem's id (part of sequence ids and seeds).
 
     Attributes:
         spec_tokens: speculative tokens generated (all branches).
@@ -115,13 +115,13 @@ class SpeculativeBeamExtension:
         num_prescored: head starts that carry LookAhead scores of their whole step.
     """
 
-    def __init__(self, beam_width: int, truncation_ratio: float, seed: int, problem_key: str):
+    def __init__(self, beam_width: int, truncation_ratio: float, seed: int, problem_id: str):
         if not 0.0 <= truncation_ratio <= 1.0:
             raise ValueError(f"truncation_ratio R must be in [0, 1], got {truncation_ratio}")
         self.beam_width = beam_width
         self.ratio = truncation_ratio
         self.seed = seed
-        self.problem_key = problem_key
+        self.problem_id = problem_id
         self.results: dict[int, list[SpecBranch]] = {}
         self.spec_tokens = self.used_tokens = self.num_branches = self.num_stopped = 0
         self.num_truncated = self.num_prescored = 0
@@ -201,7 +201,7 @@ class SpeculativeBeamExtension:
             params = self._params_of(c.beam, j)
             if params is None:
                 continue
-            seq_id = f"{self.problem_key}/it{self._iteration}/b{c.beam.beam_id}/spec{j}"
+            seq_id = f"{self.problem_id}/it{self._iteration}/b{c.beam.beam_id}/spec{j}"
             br = SpecBranch(c.beam.beam_id, j, seq_id)
             generator.add_sequence(seq_id, self._prompt_ids + c.beam.token_ids, params,
                                    priority=SPEC_PRIORITY)
@@ -255,7 +255,7 @@ class SpeculativeBeamExtension:
             elif 0 in branches and self.ratio > 0:
                 src = branches[0]
                 n = len(src.token_ids)
-                rng = random.Random(f"{self.seed}|{self.problem_key}|trunc|{child.beam_id}")
+                rng = random.Random(f"{self.seed}|{self.problem_id}|trunc|{child.beam_id}")
                 keep = int(min(max(round(rng.gauss(self.ratio * n, 0.1 * n)), 0), n))
                 if keep == 0:
                     continue

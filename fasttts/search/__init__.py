@@ -11,16 +11,22 @@ from fasttts.search.sart import SART
 from fasttts.search.self_consistency import SelfConsistency
 from fasttts.search.vg_search import VGSearch
 
-__all__ = ["METHODS", "METHOD_PARAMS", "SearchConfigError", "SearchStrategy", "make_strategy"]
+__all__ = ["METHODS", "METHOD_PARAMS", "SearchConfigError", "SearchStrategy", "make_strategy",
+           "methods_that"]
 
 #: Search methods by name.
 METHODS: dict[str, type[SearchStrategy]] = {cls.name: cls for cls in (
     BeamSearch, BestOfN, BestOfNOutcome, DVTS, DynamicBranching, SART, SelfConsistency, VGSearch)}
 
 
-#: Method-specific `SearchConfig` fields and the method they belong to.
-METHOD_PARAMS = {"granularity": "vg_search", "branch_temperature": "dynamic_branching",
-                 "sart_m": "sart", "sart_alpha": "sart", "sart_beta": "sart", "sart_t": "sart"}
+#: Method-specific `SearchConfig` fields and the method they belong to (`own_params`).
+METHOD_PARAMS = {param: cls.name for cls in METHODS.values() for param in cls.own_params}
+
+
+def methods_that(trait: str) -> list[str]:
+    """Names of the methods whose strategy class has `trait` (a boolean class attribute of
+    `SearchStrategy`, e.g. "selects_paths"), sorted."""
+    return sorted(name for name, cls in METHODS.items() if getattr(cls, trait))
 
 
 def make_strategy(cfg: SearchConfig) -> SearchStrategy:
@@ -39,4 +45,8 @@ def make_strategy(cfg: SearchConfig) -> SearchStrategy:
         if owner is not None and owner != cfg.method:
             raise SearchConfigError(f"{name} is a parameter of method {owner}, not of "
                                     f"{cfg.method}; drop it or use --method {owner}")
+    if cfg.lookahead and not METHODS[cfg.method].selects_paths:
+        raise SearchConfigError(
+            f"lookahead={cfg.lookahead} applies to methods that select between paths "
+            f"({', '.join(methods_that('selects_paths'))}), not {cfg.method}; use lookahead=0")
     return METHODS[cfg.method](cfg)

@@ -30,6 +30,7 @@ class BeamSearch(SearchStrategy):
     """
 
     name = "beam_search"
+    shares_prefixes = True
 
     def validate(self) -> None:
         require_multiple(self.name, self.cfg.n, self.cfg.beam_width)

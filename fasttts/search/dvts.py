@@ -32,6 +32,7 @@ class DVTS(SearchStrategy):
     """
 
     name = "dvts"
+    shares_prefixes = True
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -39,6 +40,10 @@ class DVTS(SearchStrategy):
 
     def validate(self) -> None:
         require_multiple(self.name, self.cfg.n, self.cfg.beam_width)
+
+    def planned_lineages(self, share: int) -> int:
+        """n / beam_width subtrees that never merge (an upper bound: finished subtrees stop)."""
+        return max(1, self.cfg.n // share)
 
     def expand(self, kept: list[Beam], iteration: int, new_id: Callable[[], int]) -> list[Beam]:
         bw = self.cfg.beam_width

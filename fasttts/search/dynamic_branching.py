@@ -53,6 +53,8 @@ class DynamicBranching(SearchStrategy):
     """Score-proportional branching under a shrinking budget (module docstring)."""
 
     name = "dynamic_branching"
+    shares_prefixes = True
+    own_params = ("branch_temperature",)
 
     def __init__(self, cfg):
         super().__init__(cfg)

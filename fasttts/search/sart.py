@@ -58,6 +58,7 @@ class SART(SearchStrategy):
     """
 
     name = "sart"
+    own_params = ("sart_m", "sart_alpha", "sart_beta", "sart_t")
     answer_rule = "best"
     selects_paths = False
 

@@ -33,9 +33,16 @@ class VGSearch(SearchStrategy):
     """
 
     name = "vg_search"
+    shares_prefixes = True
+    own_params = ("granularity",)
 
     def validate(self) -> None:
         require_multiple(self.name, self.cfg.n, self.cfg.beam_width)
+
+    @property
+    def steps_per_level(self) -> int:
+        """`granularity` steps between two branchings."""
+        return self.cfg.granularity
 
     def _round_end(self, iteration: int) -> bool:
         return (iteration + 1) % self.cfg.granularity == 0

@@ -5,7 +5,11 @@ from __future__ import annotations
 import threading
 
 from fasttts.config import RunConfig
+from fasttts.engines import build_engines, restart_generator, running_cap
+from fasttts.serve.app import ServerState
+from fasttts.serve.hub import EngineHub
 from fasttts.serve.protocol import ServerLimits
+from fasttts.serve.scheduler import LockedVerifier, Scheduler
 
 __all__ = ["build_state"]
 
@@ -31,63 +35,37 @@ def build_state(cfg: RunConfig, limits: ServerLimits, api_key: str | None = None
     Raises:
         fasttts.models.ModelError, ValueError: the engines cannot be built.
     """
-    from fasttts.serve.app import ServerState
-    from fasttts.serve.hub import EngineHub
-    from fasttts.serve.scheduler import LockedVerifier, Scheduler
-
     if not limits.served_model_names:
         limits = limits.model_copy(update={"served_model_names": (cfg.generator.model,)})
     device = threading.Lock()  # one device: no generator step during a verifier call
-    replanner, slots = None, None
+    engines = build_engines(cfg)
+    verifier = LockedVerifier(engines.verifier, device)
+    first = [engines.generator]
 
-    if cfg.backend == "sim":
-        from fasttts.backends.sim import build_sim
+    def build():
+        """The generator now, then a fresh one after each engine failure."""
+        if first:
+            return first.pop()
+        generator, fresh_verifier = restart_generator(engines)
+        if fresh_verifier is not None:  # a simulated device restarts whole
+            verifier.inner = fresh_verifier
+        return generator
 
-        gen, ver = build_sim(cfg)
-        verifier = LockedVerifier(ver, device)
-        first = [gen]
-        if cfg.runtime.memory_planner:
-            from fasttts.runtime.replan import sim_replanner
-
-            replanner = sim_replanner(cfg, gen, ver)
-
-        def build():
-            if first:
-                return first.pop()
-            g, v = build_sim(cfg)  # a restart gets a fresh simulated device (both models)
-            verifier.inner = v
-            return g
-    else:
-        from fasttts.api import _planner_hardware
-        from fasttts.backends.vllm_generator import VLLMGenerator
-        from fasttts.verifiers import build_verifier
-
-        if cfg.runtime.memory_planner:
-            from fasttts.runtime.memory_planner import engine_slots, plan_real_engines
-            from fasttts.runtime.replan import real_replanner
-
-            cfg, plan = plan_real_engines(cfg, _planner_hardware(cfg))
-            replanner = real_replanner(cfg, _planner_hardware(cfg), plan)
-            slots = engine_slots(cfg.generator)
-        verifier = LockedVerifier(
-            build_verifier(cfg.verifier, cfg.runtime.incremental_verification), device)
-
-        def build():
-            return VLLMGenerator(cfg.generator)
     try:
         hub = EngineHub(build, device_lock=device)
     except BaseException:
-        verifier.close()
+        engines.close()
         raise
 
     def apply_plan(plan) -> None:
         """The plan's caps on the engines, between two engine steps (a restarted engine
         gets them at the next change)."""
         with hub.device_lock, hub.cv:
-            hub.engine.set_max_running(plan.b_dec if slots is None else min(plan.b_dec, slots))
+            hub.engine.set_max_running(running_cap(engines, plan))
             verifier.inner.set_batch_size(plan.b_pre)
 
-    scheduler = Scheduler(hub, verifier, cfg.runtime, max_active=max_active,
+    scheduler = Scheduler(hub, verifier, engines.config.runtime, max_active=max_active,
                           max_queue=max_queue, request_timeout_s=request_timeout_s,
-                          replanner=replanner, config=cfg, apply_plan=apply_plan)
+                          replanner=engines.replanner, config=engines.config,
+                          apply_plan=apply_plan)
     return ServerState(hub=hub, scheduler=scheduler, limits=limits, api_key=api_key)

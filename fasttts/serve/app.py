@@ -44,7 +44,7 @@ from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, 
                                generate_latest)
 from starlette.exceptions import HTTPException
 
-from fasttts.eval.metrics import problem_record
+from fasttts.eval.metrics import precise_goodput, problem_record
 from fasttts.runtime.loop import PromptTooLongError, SearchResult
 from fasttts.serve.access_log import AccessLog
 from fasttts.serve.guard import RequestGuard
@@ -252,8 +252,6 @@ def create_app(state: ServerState) -> FastAPI:
         if result is not None:
             m["tokens"].inc(result.tokens_generated)
             if result.completions:
-                from fasttts.eval.metrics import precise_goodput
-
                 m["goodput"].observe(precise_goodput(result.completions))
 
     def _body(kind: str, job: Job, content: str, finish: str, usage: dict, tts: dict) -> dict:

@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from fasttts.config import SearchConfig
+from fasttts.search import SearchConfigError, make_strategy
 from fasttts.verifiers.base import AGG_STRATEGIES
 
 __all__ = ["BadRequest", "ChatCompletionRequest", "ChatMessage", "CompletionRequest",
@@ -148,8 +149,6 @@ def to_search(req: ChatCompletionRequest | CompletionRequest,
             or max_tokens over the limits, or a search configuration the method refuses
             (message from `fasttts.search.make_strategy`).
     """
-    from fasttts.search import SearchConfigError, make_strategy
-
     if req.model not in limits.served_model_names:
         names = ", ".join(map(repr, limits.served_model_names))
         raise BadRequest(f"model {req.model!r} is not served here; use one of {names} "

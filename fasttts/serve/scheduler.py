@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from fasttts.beam import Beam
 from fasttts.config import RuntimeConfig, SearchConfig
 from fasttts.runtime.loop import SearchRunner
+from fasttts.runtime.memory_planner import PlanError
+from fasttts.search import SearchConfigError
 from fasttts.serve.hub import EngineHub, GeneratorView, RequestCancelled
 from fasttts.verifiers.base import ScoreRequest, Verifier
 
@@ -240,9 +242,6 @@ class Scheduler:
         searching now, when they changed (module docstring)."""
         if self.replanner is None:
             return
-        from fasttts.runtime.memory_planner import PlanError
-        from fasttts.search import SearchConfigError
-
         with self._replan_lock:
             if result is not None:
                 self.replanner.observe_result(result, finished.search)

@@ -1,10 +1,11 @@
 """The simulated GPU backend: the same runtime on a virtual clock (DESIGN.md, "backends/").
 
-A roofline cost model (`roofline`) times each engine step of a vLLM-style scheduler with a
+The roofline cost model (`fasttts.perf`) times each engine step of a vLLM-style scheduler with a
 paged, prefix-cached KV cache (`engine`, `kv_cache`); token streams and PRM scores come from a
 deterministic workload model (`workload`). `build_sim` makes a generator and a verifier that
 share one simulated device (one clock, one memory), with the static memory split of the
-search-and-learn baseline.
+search-and-learn baseline or the sizes a memory plan gives them (planned in
+`fasttts.engines`, which assembles the engines of a run).
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from dataclasses import dataclass
 
 from fasttts.backends.sim.engine import SimEngine, VirtualClock
 from fasttts.backends.sim.generator import SimGenerator
-from fasttts.backends.sim.specs import HardwareSpec, ModelSpec, load_hardware, load_model
 from fasttts.backends.sim.verifier import SimVerifier
 from fasttts.backends.sim.workload import Workload, WorkloadModel
 from fasttts.config import RunConfig, SimConfig
+from fasttts.perf.specs import HardwareSpec, ModelSpec, load_hardware, load_model
 
-__all__ = ["MemorySplit", "SimGenerator", "SimVerifier", "Workload", "WorkloadModel", "build_sim",
-           "check_sim_config", "resize_sim", "static_split"]
+__all__ = ["MemorySplit", "SimDevice", "SimGenerator", "SimSizes", "SimVerifier", "Workload",
+           "WorkloadModel", "build_sim", "resize_sim", "sim_device", "static_split"]
 
 
 @dataclass(frozen=True)
@@ -73,19 +74,48 @@ def static_split(hw: HardwareSpec, gen: ModelSpec, ver: ModelSpec, cfg: SimConfi
     return MemorySplit(usable, gen.weight_bytes, ver.weight_bytes, reserve, gen_kv, ver_kv)
 
 
-def build_sim(cfg: RunConfig, workload: Workload | None = None) -> tuple[SimGenerator, SimVerifier]:
-    """A simulated generator and verifier on one device, as `cfg` describes.
+@dataclass(frozen=True)
+class SimDevice:
+    """The simulated device of a run and what its memory holds by the static split.
 
-    Args:
-        cfg: the run configuration (`cfg.sim` for the device, model specs named by
-            `cfg.generator.model` / `cfg.verifier.engine.model`).
-        workload: the token-stream / score model; default from `cfg.sim.workload`.
+    Attributes:
+        hardware: the device's spec.
+        generator, verifier: the two models' specs.
+        split: the baseline's static memory split (`static_split`).
+    """
+
+    hardware: HardwareSpec
+    generator: ModelSpec
+    verifier: ModelSpec
+    split: MemorySplit
+
+
+@dataclass(frozen=True)
+class SimSizes:
+    """What the two simulated engines are given: the static split's, or a memory plan's.
+
+    Attributes:
+        generator_kv, verifier_kv: bytes of the two KV caches (whole blocks are kept).
+        max_num_seqs: most generator sequences running at once (B_dec).
+        verifier_batch: most verifier requests in one pass (B_pre).
+        offload_s: time the verifier charges per scoring call for KV offloading (seconds;
+            0 without offloading).
+    """
+
+    generator_kv: int
+    verifier_kv: int
+    max_num_seqs: int
+    verifier_batch: int
+    offload_s: float = 0.0
+
+
+def sim_device(cfg: RunConfig) -> SimDevice:
+    """The simulated device `cfg` describes: its specs and the static split of its memory.
 
     Raises:
-        fasttts.backends.sim.specs.SpecError: unknown hardware or model spec.
-        ValueError: the models do not fit, a KV cache cannot hold one max_model_len sequence,
-            or a verifier scoring format (`cfg.verifier.kind`) is asked for: the simulator
-            does not model one.
+        fasttts.perf.specs.SpecError: unknown hardware or model spec.
+        ValueError: the models do not fit (`static_split`), or a verifier scoring format
+            (`cfg.verifier.kind`) is asked for: the simulator does not model one.
     """
     if cfg.verifier.kind != "auto":
         raise ValueError(
@@ -93,40 +123,49 @@ def build_sim(cfg: RunConfig, workload: Workload | None = None) -> tuple[SimGene
             f"priced from its model spec ({cfg.verifier.engine.model!r}) and scores paths from "
             f"the workload model, in no scoring format; drop --verifier-kind or use --backend "
             f"vllm")
-    sim = cfg.sim
-    hw = load_hardware(sim.hardware)
+    hw = load_hardware(cfg.sim.hardware)
     gen, ver = load_model(cfg.generator.model), load_model(cfg.verifier.engine.model)
-    split = static_split(hw, gen, ver, sim)
+    return SimDevice(hw, gen, ver, static_split(hw, gen, ver, cfg.sim))
+
+
+def build_sim(cfg: RunConfig, workload: Workload | None = None,
+              sizes: SimSizes | None = None) -> tuple[SimGenerator, SimVerifier]:
+    """A simulated generator and verifier on one device, as `cfg` describes.
+
+    Args:
+        cfg: the run configuration (`cfg.sim` for the device, model specs named by
+            `cfg.generator.model` / `cfg.verifier.engine.model`).
+        workload: the token-stream / score model; default from `cfg.sim.workload`.
+        sizes: the engines' KV caches and batch caps; default the static split with
+            `cfg.sim.max_num_seqs` and `cfg.verifier.batch_size` (a memory plan's come from
+            `fasttts.engines`).
+
+    Raises:
+        fasttts.perf.specs.SpecError: unknown hardware or model spec.
+        ValueError: the models do not fit, a KV cache cannot hold one max_model_len sequence,
+            a workload file cannot be read, or a verifier scoring format
+            (`cfg.verifier.kind`) is asked for: the simulator does not model one.
+    """
+    sim = cfg.sim
+    device = sim_device(cfg)
+    hw, gen, ver, split = device.hardware, device.generator, device.verifier, device.split
+    if sizes is None:
+        sizes = SimSizes(split.generator_kv, split.verifier_kv, sim.max_num_seqs,
+                         cfg.verifier.batch_size)
     if workload is None:
         model = WorkloadModel.from_file(sim.workload) if sim.workload else WorkloadModel()
         workload = Workload(model)
     clock = VirtualClock()
     bs = sim.block_size
-    gen_kv, ver_kv = split.generator_kv, split.verifier_kv
-    max_seqs, b_pre, offload_s = sim.max_num_seqs, cfg.verifier.batch_size, 0.0
-    plan = None
-    if cfg.runtime.memory_planner:
-        from fasttts.runtime.memory_planner import plan_for_run
-
-        budget = gen_kv + ver_kv
-        plan, ver_kv = plan_for_run(
-            cfg, budget, gen, ver, hw, cfg.runtime.offload,
-            verifier_min_tokens=-(-cfg.verifier.engine.max_model_len // bs) * bs,
-            generator_min_tokens=-(-cfg.generator.max_model_len // bs) * bs)
-        max_seqs, b_pre = plan.b_dec, plan.b_pre
-        gen_kv = budget if plan.offload else budget - ver_kv
-        offload_s = plan.t_offload_per_iteration
-    gen_engine = SimEngine(gen, hw, clock, gen_kv // (bs * gen.kv_bytes_per_token), bs,
-                           max_seqs, sim.max_num_batched_tokens, cfg.generator.max_model_len)
-    ver_engine = SimEngine(ver, hw, clock, ver_kv // (bs * ver.kv_bytes_per_token), bs,
-                           b_pre, sim.max_num_batched_tokens,
+    gen_engine = SimEngine(gen, hw, clock, sizes.generator_kv // (bs * gen.kv_bytes_per_token),
+                           bs, sizes.max_num_seqs, sim.max_num_batched_tokens,
+                           cfg.generator.max_model_len)
+    ver_engine = SimEngine(ver, hw, clock, sizes.verifier_kv // (bs * ver.kv_bytes_per_token),
+                           bs, sizes.verifier_batch, sim.max_num_batched_tokens,
                            cfg.verifier.engine.max_model_len, logits=False)
     generator = SimGenerator(gen_engine, workload)
-    verifier = SimVerifier(ver_engine, workload, offload_s,
+    verifier = SimVerifier(ver_engine, workload, sizes.offload_s,
                            incremental=cfg.runtime.incremental_verification)
-    generator.memory = split
-    generator.plan = plan
-    generator.kv_split = (gen_kv, ver_kv)  # bytes given to the two caches (before rounding)
     return generator, verifier
 
 
@@ -144,9 +183,3 @@ def resize_sim(generator: SimGenerator, verifier: SimVerifier, generator_kv_byte
     generator.engine.resize(generator_kv_bytes)
     verifier.engine.resize(verifier_kv_bytes)
     verifier.offload_s = offload_s
-
-
-def check_sim_config(cfg: RunConfig) -> None:
-    """Raise the error `build_sim(cfg)` would raise (unknown spec, models that do not fit, a
-    KV cache too small, an unreadable workload file), without running anything."""
-    build_sim(cfg)

@@ -9,7 +9,7 @@ Each `step()`:
    fewer than `max_num_seqs` run and budget is left, after a prefix-cache lookup (chunked
    prefill when the prompt exceeds the budget); admission stops at the first that does not fit;
 3. advances the shared virtual clock by the roofline time of the batch it ran
-   (`fasttts.backends.sim.roofline.step_time`);
+   (`fasttts.perf.roofline.step_time`);
 4. returns the sequences whose tokens are now all computed (the caller samples their next
    token, or finishes them).
 """
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 from fasttts.backends.base import CacheStats
 from fasttts.backends.sim.kv_cache import KVCacheManager, KVSeqState
-from fasttts.backends.sim.roofline import SeqWork, StepShape, step_time
-from fasttts.backends.sim.specs import HardwareSpec, ModelSpec
+from fasttts.perf.roofline import SeqWork, StepShape, step_time
+from fasttts.perf.specs import HardwareSpec, ModelSpec
 
 __all__ = ["SimEngine", "SimSequence", "VirtualClock"]
 

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import itertools
 
-from fasttts.backends.base import CacheStats
+from fasttts.backends.base import CacheStats, ScoreRequest, Verifier
 from fasttts.backends.sim import tokenizer as tok
 from fasttts.backends.sim.engine import SimEngine, SimSequence
 from fasttts.backends.sim.workload import Workload
-from fasttts.verifiers.base import ScoreRequest, Verifier
 
 __all__ = ["SimVerifier"]
 

@@ -16,7 +16,7 @@ where attention_pairs counts (query token, key token) pairs under the causal mas
 have overlap 1 and no per-sequence overhead: the pure roofline. Decode is memory-bound
 (T ~ weight bytes / BW at small batch); prefill turns compute-bound as tokens grow. The two
 extra terms exist for CPUs, where measured step times are closer to compute + memory and
-sampling costs time per sequence (fitted by `fasttts.backends.sim.calibration`).
+sampling costs time per sequence (fitted by `fasttts.perf.calibration`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from fasttts.backends.sim.specs import HardwareSpec, ModelSpec
+from fasttts.perf.specs import HardwareSpec, ModelSpec
 
 __all__ = ["SeqWork", "StepShape", "step_flops_bytes", "step_time"]
 

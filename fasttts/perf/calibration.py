@@ -2,7 +2,7 @@
 
 Given measured steps (each a batch of identical `SeqWork` and its median time, as written by
 `benchmarks/calibrate_cpu.py measure`), find the `HardwareSpec` whose roofline
-(`fasttts.backends.sim.roofline.step_time`) predicts them best: least squares on the log of
+(`fasttts.perf.roofline.step_time`) predicts them best: least squares on the log of
 predicted / measured time (relative error), over peak FLOP/s, bandwidth, per-step overhead,
 per-sequence overhead and the compute/memory overlap, with scipy's `least_squares`.
 """
@@ -13,8 +13,8 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from fasttts.backends.sim.roofline import SeqWork, StepShape, step_time
-from fasttts.backends.sim.specs import HardwareSpec, ModelSpec
+from fasttts.perf.roofline import SeqWork, StepShape, step_time
+from fasttts.perf.specs import HardwareSpec, ModelSpec
 
 __all__ = ["MeasuredStep", "error_table", "fit_hardware"]
 

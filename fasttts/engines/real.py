@@ -1,0 +1,121 @@
+"""The memory plan applied to real vLLM engines: their configs, slots and replanner.
+
+A plan (`fasttts.runtime.memory_planner`) is priced on model specs (`fasttts.perf.specs`);
+here a real run's models are matched to their specs, the plan's KV sizes and batch caps are
+written into the engines' configs (`apply_real_plan`), and the replanner is set up over the
+KV memory the two engines were given.
+"""
+
+from __future__ import annotations
+
+from fasttts.backends.vllm_engine import min_kv_cache_tokens
+from fasttts.config import EngineConfig, RunConfig
+from fasttts.perf.specs import ModelSpec, find_model_spec, load_hardware
+from fasttts.runtime.memory_planner import MemoryPlan, PlanError, plan_for_run
+from fasttts.runtime.replan import Replanner
+
+__all__ = ["apply_real_plan", "engine_slots", "plan_real_engines", "planner_hardware",
+           "real_model_specs", "real_replanner"]
+
+#: vLLM's `max_num_seqs` on its CPU build for offline use: the slots of an engine whose
+#: config does not set them.
+DEFAULT_ENGINE_SLOTS = 256
+
+
+def planner_hardware(config: RunConfig) -> str:
+    """The hardware spec the memory planner uses for real engines: the CPU calibration on the
+    CPU build of vLLM, else the configured device (`--hardware`)."""
+    try:
+        from vllm.platforms import current_platform  # vLLM is optional and slow to import
+
+        if current_platform.is_cpu():
+            return "cpu-epyc-1thread"
+    except ImportError:
+        pass
+    return config.sim.hardware
+
+
+def real_model_specs(cfg: RunConfig) -> tuple[ModelSpec, ModelSpec]:
+    """The (generator, verifier) model specs of a real-engine config.
+
+    Raises:
+        PlanError: a model without a spec.
+    """
+    specs = []
+    for model in (cfg.generator.model, cfg.verifier.engine.model):
+        spec = find_model_spec(model)
+        if spec is None:
+            raise PlanError(f"the memory planner has no model spec for {model!r}; add a JSON "
+                            f"spec to fasttts/perf/specs/models/ or turn the planner off "
+                            f"(--fasttts turns it on: give --spec-beam-extension "
+                            f"--lookahead-verification --prefix-aware-scheduling instead)")
+        specs.append(spec)
+    return specs[0], specs[1]
+
+
+def plan_real_engines(cfg: RunConfig, hardware: str) -> tuple[RunConfig, MemoryPlan]:
+    """`cfg` (a RunConfig for real vLLM engines) with the planner's KV sizes and batch caps
+    applied (`apply_real_plan`): the generator's and verifier's `kv_cache_memory_bytes`
+    re-split from their sum, the generator's admission limit = B_dec, the verifier's batch =
+    B_pre. Returns (config, plan).
+
+    Args:
+        cfg: the run configuration.
+        hardware: hardware spec of the machine (the CPU calibration on CPUs).
+
+    Raises:
+        PlanError: a model without a spec, nothing fits, or offloading asked for (vLLM's
+            sleep mode is not wired up: the offload decision is planned and simulated only).
+    """
+    specs = real_model_specs(cfg)
+    if cfg.runtime.offload:
+        raise PlanError("offloading is planned and simulated (--backend sim) but not applied to "
+                        "real vLLM engines yet; drop --offload")
+    gen_cfg, ver_cfg = cfg.generator, cfg.verifier.engine
+    budget = gen_cfg.kv_cache_memory_bytes + ver_cfg.kv_cache_memory_bytes
+    plan, ver_kv = plan_for_run(cfg, budget, specs[0], specs[1], load_hardware(hardware),
+                                allow_offload=False,
+                                verifier_min_tokens=min_kv_cache_tokens(ver_cfg),
+                                generator_min_tokens=min_kv_cache_tokens(gen_cfg))
+    return apply_real_plan(cfg, plan, budget - ver_kv, ver_kv), plan
+
+
+def engine_slots(gen_cfg: EngineConfig) -> int:
+    """The running-sequence slots (vLLM `max_num_seqs`) a generator engine built from
+    `gen_cfg` has: its `extra_engine_args` value, else `DEFAULT_ENGINE_SLOTS`."""
+    return gen_cfg.extra_engine_args.get("max_num_seqs", DEFAULT_ENGINE_SLOTS)
+
+
+def apply_real_plan(cfg: RunConfig, plan: MemoryPlan, generator_kv_bytes: int,
+                    verifier_kv_bytes: int) -> RunConfig:
+    """`cfg` with a plan's KV sizes and caps for real engines: the generator's
+    `kv_cache_memory_bytes` and its vLLM admission limit `max_num_active_seqs` = B_dec (with
+    `max_num_seqs`, the engine's slots, at least that and at least the configured value or
+    256, so later re-plans can raise the limit without a rebuild), the verifier's KV size and
+    batch B_pre."""
+    gen_cfg, ver_cfg = cfg.generator, cfg.verifier.engine
+    slots = max(plan.b_dec, engine_slots(gen_cfg))
+    gen = gen_cfg.model_copy(update={
+        "kv_cache_memory_bytes": generator_kv_bytes,
+        "extra_engine_args": {**gen_cfg.extra_engine_args, "max_num_seqs": slots,
+                              "max_num_active_seqs": plan.b_dec}})
+    ver = cfg.verifier.model_copy(update={
+        "batch_size": plan.b_pre,
+        "engine": ver_cfg.model_copy(update={"kv_cache_memory_bytes": verifier_kv_bytes})})
+    return cfg.model_copy(update={"generator": gen, "verifier": ver})
+
+
+def real_replanner(cfg: RunConfig, hardware: str, plan: MemoryPlan) -> Replanner:
+    """The replanner of real engines whose config `plan_real_engines` produced (`cfg`, `plan`)
+    on `hardware` (a hardware spec name).
+
+    Raises:
+        PlanError: a model without a spec.
+    """
+    gen, ver = real_model_specs(cfg)
+    gen_kv = cfg.generator.kv_cache_memory_bytes
+    ver_kv = cfg.verifier.engine.kv_cache_memory_bytes
+    return Replanner(gen_kv + ver_kv, gen, ver, load_hardware(hardware), False,
+                     min_kv_cache_tokens(cfg.verifier.engine), plan, gen_kv, ver_kv,
+                     cfg.runtime.replan_min_shift,
+                     generator_min_tokens=min_kv_cache_tokens(cfg.generator))

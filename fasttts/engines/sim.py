@@ -1,0 +1,58 @@
+"""The memory plan applied to the simulated device: the engines' sizes and the replanner.
+
+The simulator's KV budget is what the static split gives the two caches together
+(`fasttts.backends.sim.static_split`); the planner re-splits it and sets the batch caps, and
+the replanner keeps the plan matched to each problem's workload.
+"""
+
+from __future__ import annotations
+
+from fasttts.backends.sim import SimDevice, SimSizes
+from fasttts.config import RunConfig
+from fasttts.runtime.memory_planner import MemoryPlan, plan_for_run
+from fasttts.runtime.replan import Replanner
+
+__all__ = ["plan_sim", "sim_replanner"]
+
+
+def _whole_blocks(tokens: int, block_size: int) -> int:
+    """`tokens` rounded up to whole KV blocks (tokens)."""
+    return -(-tokens // block_size) * block_size
+
+
+def _floors(cfg: RunConfig) -> tuple[int, int]:
+    """(verifier, generator) KV floors: one max_model_len sequence each, in whole blocks
+    (tokens)."""
+    bs = cfg.sim.block_size
+    return (_whole_blocks(cfg.verifier.engine.max_model_len, bs),
+            _whole_blocks(cfg.generator.max_model_len, bs))
+
+
+def plan_sim(cfg: RunConfig, device: SimDevice) -> tuple[MemoryPlan, SimSizes]:
+    """The memory plan of a simulated run and the engine sizes under it: the static split's
+    two KV caches together are the budget M; without offloading the verifier gets the plan's
+    share and the generator the rest, with offloading each gets all of M; the caps are
+    B_dec and B_pre, and the verifier charges one iteration's transfers per scoring call.
+
+    Raises:
+        fasttts.runtime.memory_planner.PlanError: nothing fits.
+    """
+    split = device.split
+    budget = split.generator_kv + split.verifier_kv
+    ver_floor, gen_floor = _floors(cfg)
+    plan, ver_kv = plan_for_run(cfg, budget, device.generator, device.verifier,
+                                device.hardware, cfg.runtime.offload,
+                                verifier_min_tokens=ver_floor, generator_min_tokens=gen_floor)
+    gen_kv = budget if plan.offload else budget - ver_kv
+    return plan, SimSizes(gen_kv, ver_kv, plan.b_dec, plan.b_pre, plan.t_offload_per_iteration)
+
+
+def sim_replanner(cfg: RunConfig, device: SimDevice, plan: MemoryPlan,
+                  sizes: SimSizes) -> Replanner:
+    """The replanner of simulated engines built with `plan` and `sizes` (`plan_sim`)."""
+    split = device.split
+    ver_floor, gen_floor = _floors(cfg)
+    return Replanner(split.generator_kv + split.verifier_kv, device.generator, device.verifier,
+                     device.hardware, cfg.runtime.offload, ver_floor, plan, sizes.generator_kv,
+                     sizes.verifier_kv, cfg.runtime.replan_min_shift,
+                     generator_min_tokens=gen_floor)
