@@ -301,7 +301,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     _check_models(cfg)
     store = ResultStore(args.output_dir, {
         "dataset": args.dataset, "offset": args.offset, "config": cfg.model_dump(mode="json"),
-    })
+    } | ({"single_sample_baseline": GREEDY_BASELINE} if args.single_sample_baseline else {}))
     todo = [p for p in problems if p.id not in store.done_ids]
     if len(todo) < len(problems):
         print(f"skipped {len(problems) - len(todo)} finished problems (already in "
@@ -315,14 +315,21 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                 if cfg.backend == "sim":
                     tts.set_reference(p.problem, p.answer, problem_difficulty(
                         args.dataset, p.problem, p.meta.get("level")))
+            single = cfg.search.model_copy(update=GREEDY_BASELINE)
             summary = run_eval(problems, lambda p: tts.solve(p.problem, p.id,
                                                              on_progress=status), store,
-                               numeric=numeric_answers(load_dataset(args.dataset)))
+                               numeric=numeric_answers(load_dataset(args.dataset)),
+                               baseline=(lambda p: tts.solve(p.problem, p.id, search=single))
+                               if args.single_sample_baseline else None)
     else:
         summary = store.summary_of({p.id for p in problems})
     if summary:
         _print_summary(summary, args)
     return 0
+
+
+#: The single-sample baseline's search: one greedy sample, no verifier (self-consistency of 1).
+GREEDY_BASELINE = {"method": "self_consistency", "n": 1, "beam_width": 1, "temperature": 0.0}
 
 
 def _table(title: str):
@@ -350,6 +357,11 @@ def _print_summary(summary: dict, args: argparse.Namespace) -> None:
     if acc:
         for k in ("weighted", "majority", "best", "pass@n"):
             t.add_row(f"accuracy ({k})", f"{acc[k]:.3f}")
+    single = summary.get("single_sample")
+    if single and single["accuracy"] is not None:
+        t.add_row("accuracy of one greedy sample", f"{single['accuracy']:.3f}")
+        t.add_row("  its latency mean (s) / tokens", f"{single['latency_s']:.1f} / "
+                                                     f"{single['num_tokens']:.0f}")
     t.add_row("precise goodput (tok/s)", f"{summary['precise_goodput_tok_s']:.2f}")
     lat = summary["latency_s"]
     t.add_row("latency mean / p50 / p90 (s)", f"{lat['mean']:.1f} / {lat['p50']:.1f} / "
@@ -590,6 +602,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=None, help="first K problems only")
     p.add_argument("--offset", type=int, default=0, help="skip the first problems")
     p.add_argument("--output-dir", required=True, help="folder for results (append-only)")
+    p.add_argument("--single-sample-baseline", action="store_true",
+                   help="also solve each problem with one greedy sample of the same generator "
+                        "(no search, no verifier) and show its accuracy beside the search's")
     _add_run_options(p)
     p.set_defaults(func=_cmd_eval)
     p = sub.add_parser("plan", parents=[verbose],

@@ -23,7 +23,8 @@ from fasttts.eval.grading import find_answer, is_equivalent
 from fasttts.eval.voting import best_of, majority_vote, pass_at_n, weighted_vote
 from fasttts.runtime.loop import SearchResult
 
-__all__ = ["percentile", "precise_goodput", "problem_record", "summarize", "vote_and_grade"]
+__all__ = ["percentile", "precise_goodput", "problem_record", "single_sample_record",
+           "summarize", "vote_and_grade"]
 
 
 def precise_goodput(beams: Sequence[Beam]) -> float:
@@ -151,6 +152,30 @@ def problem_record(result: SearchResult, gold: str | None, problem: str = "",
     }
 
 
+def single_sample_record(result: SearchResult, gold: str | None, numeric: bool = False) -> dict:
+    """The single-sample baseline of one problem (`fasttts eval --single-sample-baseline`):
+    the one greedy completion's answer, correctness (None without gold), tokens and latency
+    (s), stored as a problem record's "single_sample"."""
+    beam = result.completions[0] if result.completions else None
+    answer = find_answer(beam.text, numeric) if beam else None
+    return {"answer": answer,
+            "correct": is_equivalent(answer, gold) if gold is not None else None,
+            "num_tokens": beam.num_tokens if beam else 0, "latency_s": result.latency}
+
+
+def _single_sample_summary(records: Sequence[dict]) -> dict | None:
+    """Accuracy, mean tokens and mean latency of the single-sample baseline, when every record
+    has one (None otherwise, so summaries of runs without it are unchanged)."""
+    if not records or not all(r.get("single_sample") for r in records):
+        return None
+    s = [r["single_sample"] for r in records]
+    graded = [x for x in s if x["correct"] is not None]
+    return {"accuracy": (sum(bool(x["correct"]) for x in graded) / len(graded)
+                         if graded else None),
+            "num_tokens": statistics.fmean(x["num_tokens"] for x in s),
+            "latency_s": statistics.fmean(x["latency_s"] for x in s)}
+
+
 def summarize(records: Sequence[dict]) -> dict:
     """Summary over per-problem records (the `summary.json` of `fasttts eval`).
 
@@ -191,7 +216,7 @@ def summarize(records: Sequence[dict]) -> dict:
         "num_preemptions": _mean_of(records, "num_preemptions"),
         "num_recomputed_tokens": _mean_of(records, "num_recomputed_tokens"),
         "batch_occupancy": _mean_of(records, "batch_occupancy"),
-    }
+    } | ({"single_sample": single} if (single := _single_sample_summary(records)) else {})
 
 
 def _mean_of(records: Sequence[dict], key: str) -> float | None:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fasttts.eval.datasets import Problem
-from fasttts.eval.metrics import problem_record, summarize
+from fasttts.eval.metrics import problem_record, single_sample_record, summarize
 
 __all__ = ["OutputDirError", "ResultStore", "ResultsFileWarning", "run_eval", "trace_line"]
 
@@ -232,6 +232,7 @@ def run_eval(
     store: ResultStore,
     progress: bool = True,
     numeric: bool = False,
+    baseline: Callable[[Problem], object] | None = None,
 ) -> dict | None:
     """Solve every problem not yet in `store` and append its record.
 
@@ -242,6 +243,8 @@ def run_eval(
         progress: show a tqdm progress bar.
         numeric: the dataset's answers are all numbers (`fasttts.eval.datasets.numeric_answers`):
             allows the last-number answer fallback.
+        baseline: returns a one-sample `SearchResult` of the same problem (the single-sample
+            baseline), stored in the record as "single_sample"; None = no baseline.
 
     Returns:
         The summary over the records of `problems` (None if there are none).
@@ -254,6 +257,8 @@ def run_eval(
     try:
         for p in todo:
             record = problem_record(solve(p), p.answer, p.problem, numeric)
+            if baseline is not None:
+                record["single_sample"] = single_sample_record(baseline(p), p.answer, numeric)
             acc = store.append(record)["accuracy"]
             bar.update(1)
             if acc:
