@@ -3,6 +3,7 @@
 `FastTTS(RunConfig(...)).solve(problem)` runs a verifier-guided search; see README.md.
 """
 
+import fasttts.search  # noqa: F401  (adds the methods' rules to SearchConfig's checks)
 from fasttts.api import FastTTS
 from fasttts.config import EngineConfig, RunConfig, SearchConfig, VerifierConfig
 

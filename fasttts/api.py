@@ -7,7 +7,6 @@ from fasttts.config import RunConfig, SearchConfig
 from fasttts.engines import apply_change, build_engines
 from fasttts.logging_setup import configure as configure_logging
 from fasttts.runtime.loop import SearchResult, SearchRunner
-from fasttts.search import make_strategy
 
 __all__ = ["FastTTS"]
 
@@ -15,8 +14,8 @@ __all__ = ["FastTTS"]
 class FastTTS:
     """A generator, a verifier and a search, ready to solve problems.
 
-    The search configuration is validated before any engine is built, so a bad configuration
-    fails in milliseconds. Use as a context manager, or call `close()`, to free the engines.
+    The configuration was checked when it was built (`fasttts.config`), so a bad one fails
+    before any engine is built. Use as a context manager, or call `close()`, to free the engines.
     With `runtime.memory_planner` on and engines built here, the plan follows the workload
     between problems (`fasttts.runtime.replan`): `plan` is the plan in force and `replans`
     lists every change applied.
@@ -27,7 +26,7 @@ class FastTTS:
         verifier: an already built verifier (default: built from config.verifier).
 
     Raises:
-        fasttts.search.SearchConfigError, fasttts.models.ModelError, ValueError: bad config.
+        fasttts.models.ModelError, ValueError: a model or engine that cannot be built.
     """
 
     def __init__(
@@ -36,7 +35,6 @@ class FastTTS:
         generator: GeneratorBackend | None = None,
         verifier: Verifier | None = None,
     ):
-        make_strategy(config.search)
         configure_logging()  # quiet by default; $FASTTTS_LOG_LEVEL shows the libraries' noise
         self.replans: list = []
         self.engines = build_engines(config, generator, verifier)
@@ -91,11 +89,8 @@ class FastTTS:
 
         Raises:
             ValueError: an empty problem. PromptTooLongError: the prompt does not fit the
-            context. fasttts.search.SearchConfigError: a bad `search`.
-            fasttts.runtime.memory_planner.PlanError: the re-planned workload does not fit.
+            context. fasttts.runtime.memory_planner.PlanError: the re-planned workload does not fit.
         """
-        if search is not None:
-            make_strategy(search)  # a bad search fails before any re-plan
         if self.replanner is not None:
             self._replan(self.config.model_copy(update={"search": search or self.runner.cfg}))
         runner = self.runner if search is None else self._runner(search)

@@ -49,10 +49,10 @@ def parse_size(text: str) -> int:
     return value
 
 
-def _add_run_options(p: argparse.ArgumentParser, search: bool = True) -> None:
+def _add_model_options(p: argparse.ArgumentParser) -> None:
+    """The "models" flags: backend, the two models and their engines."""
     from fasttts.config import DEFAULT_GENERATOR, DEFAULT_VERIFIER, SIM_GENERATOR, SIM_VERIFIER
-    from fasttts.search import METHODS, methods_that
-    from fasttts.verifiers import AGG_STRATEGIES, VERIFIER_KINDS
+    from fasttts.verifiers import VERIFIER_KINDS
 
     g = p.add_argument_group("models")
     g.add_argument("--backend", default="vllm", choices=("vllm", "sim"),
@@ -79,84 +79,117 @@ def _add_run_options(p: argparse.ArgumentParser, search: bool = True) -> None:
                    help="CPU threads per engine on the CPU build (default: %(default)s)")
     g.add_argument("--verifier-batch-size", type=int, default=64,
                    help="most verifier requests in flight (B_pre) (default: %(default)s)")
-    d = p.add_argument_group("simulated device (--backend sim)")
-    d.add_argument("--hardware", default="rtx4090",
-                   help="hardware spec name or .json file: the simulated device, and the GPU "
-                        "the memory planner plans for (default: %(default)s)")
-    d.add_argument("--memory-fraction", type=float, default=0.9,
-                   help="fraction of device memory both engines use (default: %(default)s)")
-    d.add_argument("--generator-kv-share", type=float, default=0.5,
-                   help="generator's share of the KV memory in the static split "
-                        "(default: %(default)s)")
-    d.add_argument("--max-num-seqs", type=int, default=256,
-                   help="most running generator sequences (default: %(default)s)")
-    d.add_argument("--max-num-batched-tokens", type=int, default=8192,
-                   help="token budget per engine step (default: %(default)s)")
-    d.add_argument("--sim-workload", default=None, metavar="FILE",
-                   help="workload model .json, or a trace.jsonl from a real `fasttts eval` run "
-                        "(default: the parametric model)")
+
+
+#: The `SimConfig` fields with a flag of their own (the KV sizes and the block size come from
+#: the "models" flags); `workload` is --sim-workload.
+_SIM_FLAGS = ("hardware", "memory_fraction", "generator_kv_share", "max_num_seqs",
+              "max_num_batched_tokens", "workload")
+
+
+def _add_sim_options(p: argparse.ArgumentParser) -> None:
+    """The "simulated device" flags, generated from `SimConfig` (`fasttts.options`)."""
+    from fasttts.config import SimConfig
+    from fasttts.options import add_flags
+
+    add_flags(p.add_argument_group("simulated device (--backend sim)"), SimConfig, _SIM_FLAGS,
+              flags={"workload": "--sim-workload"}, metavars={"workload": "FILE"})
+
+
+def _technique_flags() -> list[str]:
+    """The `RuntimeConfig` switches, one per FastTTS technique (its bool fields)."""
+    from fasttts.config import RuntimeConfig
+
+    return [name for name, f in RuntimeConfig.model_fields.items() if f.annotation is bool]
+
+
+def _add_technique_options(p: argparse.ArgumentParser) -> None:
+    """The "FastTTS techniques" flags: --fasttts (`RuntimeConfig.fasttts`), --baseline, and
+    the technique switches and R, generated from `RuntimeConfig` (`fasttts.options`)."""
+    from fasttts.config import RuntimeConfig
+    from fasttts.options import add_flags, flag_name
+
     f = p.add_argument_group("FastTTS techniques (default: all off, the search-and-learn baseline)")
-    for flag, help_ in (
-        ("--fasttts", "turn on the FastTTS techniques (SBE + LookAhead, prefix-aware "
-                      "scheduling, memory planner, incremental verification)"),
-        ("--baseline", "turn every FastTTS technique off (the default)"),
-        ("--spec-beam-extension", "Speculative Beam Extension, two-phase preemptible scheduling"),
-        ("--lookahead-verification", "LookAhead Verification (needs --spec-beam-extension)"),
-        ("--prefix-aware-scheduling", "submit beams grouped by parent in lineage order (4.2)"),
-        ("--memory-planner", "roofline-guided KV split and batch caps (FastTTS 4.3)"),
-        ("--offload", "let the memory planner offload the inactive model's KV cache"),
-        ("--incremental-verification", "score only each path's new step from the PRM's "
-                                       "prefix cache (off: whole paths, as search-and-learn)"),
-    ):
-        f.add_argument(flag, action="store_true", help=help_)
-    f.add_argument("--spec-truncation-ratio", type=float, default=0.85, metavar="R",
-                   help="mean kept fraction of a kept beam's speculative tokens that its "
-                        "duplicates inherit (default: %(default)s; 0 = exact equivalence)")
+    f.add_argument("--fasttts", action="store_true",
+                   help=f"turn on the FastTTS techniques: "
+                        f"{', '.join(map(flag_name, RuntimeConfig.FASTTTS))}")
+    f.add_argument("--baseline", action="store_true",
+                   help="turn every FastTTS technique off (the default)")
+    add_flags(f, RuntimeConfig, [*_technique_flags(), "spec_truncation_ratio"],
+              metavars={"spec_truncation_ratio": "R"})
+
+
+def _search_flags() -> list[tuple[type, str]]:
+    """(config model, field) of each "search" flag, in help order: the `SearchConfig` fields
+    but the step delimiter and system prompt, and the verifier's `agg_strategy` after
+    max_tokens."""
+    from fasttts.config import SearchConfig, VerifierConfig
+
+    fields = [(SearchConfig, f) for f in SearchConfig.model_fields
+              if f not in ("step_delimiter", "system_prompt")]
+    at = [f for _, f in fields].index("max_tokens") + 1
+    return [*fields[:at], (VerifierConfig, "agg_strategy"), *fields[at:]]
+
+
+def _add_search_options(p: argparse.ArgumentParser, search: bool) -> None:
+    """The "search" flags, generated from `SearchConfig` (`fasttts.options`); a method's own
+    parameters and greedy lookahead reach the config only when given. Without `search` (the
+    server: each request brings its search), no flags, only their defaults."""
+    from fasttts.options import add_flags, flag_defaults
+    from fasttts.search import GIVEN_ONLY, METHOD_PARAMS, METHODS, methods_that
+
     if not search:
-        p.set_defaults(method="beam_search", n=8, beam_width=4, num_iterations=40,
-                       temperature=0.8, top_p=1.0, max_tokens=2048, agg_strategy="last",
-                       seed=0, **dict.fromkeys(_method_flags()))
+        for model, name in _search_flags():
+            p.set_defaults(**flag_defaults(model, [name], GIVEN_ONLY))
         return
     s = p.add_argument_group("search")
-    s.add_argument("--method", default="beam_search",
-                   help=f"search method: {', '.join(sorted(METHODS))} (default: %(default)s)")
-    s.add_argument("--n", type=int, default=8, help="search budget n (default: %(default)s)")
-    s.add_argument("--beam-width", type=int, default=4,
-                   help="children per kept beam (default: %(default)s)")
-    s.add_argument("--num-iterations", type=int, default=40,
-                   help="most iterations; the last generates to the end (default: %(default)s)")
-    s.add_argument("--temperature", type=float, default=0.8)
-    s.add_argument("--top-p", type=float, default=1.0)
-    s.add_argument("--max-tokens", type=int, default=2048,
-                   help="most tokens per path (default: %(default)s)")
-    s.add_argument("--agg-strategy", default="last", choices=AGG_STRATEGIES,
-                   help="step-score aggregation (default: %(default)s)")
-    s.add_argument("--seed", type=int, default=0)
-    for flag, kind, help_ in (
-        ("--lookahead", int, f"greedy lookahead steps k before scoring "
-                             f"({', '.join(methods_that('selects_paths'))}; default 0)"),
-        ("--granularity", int, "vg_search: verify and branch every g steps (default 2)"),
-        ("--branch-temperature", float, "dynamic_branching: softmax temperature (default 0.2)"),
-        ("--sart-m", int, "sart: completed branches that stop the request, M (default n/2)"),
-        ("--sart-alpha", float, "sart: phase-1 pruning threshold alpha (default 0.5)"),
-        ("--sart-beta", int, "sart: most branches pruned in phase 1, beta (default n/2)"),
-        ("--sart-t", int, "sart: decode steps (tokens) between pruning checks, T (default 64)"),
-    ):
-        s.add_argument(flag, type=kind, default=None, help=help_)
+    notes = {"method": f": {', '.join(sorted(METHODS))}",
+             "lookahead": f": {', '.join(methods_that('selects_paths'))}"}
+    prefixes = {name: f"{owner}: " for name, owner in METHOD_PARAMS.items()}
+    for model, name in _search_flags():
+        add_flags(s, model, [name], given_only=GIVEN_ONLY, notes=notes, prefixes=prefixes)
 
 
-def _method_flags() -> tuple[str, ...]:
-    """Search parameters whose flags are passed on only when given: greedy lookahead (of the
-    methods that select paths) and each method's own (`fasttts.search.METHOD_PARAMS`)."""
-    from fasttts.search import METHOD_PARAMS
+def _add_run_options(p: argparse.ArgumentParser, search: bool = True) -> None:
+    """The flags that make a `RunConfig` (`_run_config`): models, simulated device, FastTTS
+    techniques and, with `search`, the search."""
+    _add_model_options(p)
+    _add_sim_options(p)
+    _add_technique_options(p)
+    _add_search_options(p, search)
 
-    return ("lookahead", *METHOD_PARAMS)
+
+def _runtime_config(args: argparse.Namespace):
+    """The `RuntimeConfig` of the technique flags: `RuntimeConfig.fasttts()` with --fasttts,
+    else the baseline, with each technique flag given turned on.
+
+    Raises:
+        ValueError: --fasttts with --baseline, or --baseline with a technique flag.
+        pydantic.ValidationError: a technique without the one it needs, R out of range.
+    """
+    from fasttts.config import RuntimeConfig
+
+    if args.fasttts and args.baseline:
+        raise ValueError("--fasttts and --baseline contradict each other; give one")
+    on = [name for name in _technique_flags() if getattr(args, name)]
+    if args.baseline and on:
+        raise ValueError("--baseline turns every technique off; drop it or the technique flags")
+    build = RuntimeConfig.fasttts if args.fasttts else RuntimeConfig
+    return build(**dict.fromkeys(on, True), spec_truncation_ratio=args.spec_truncation_ratio)
 
 
 def _run_config(args: argparse.Namespace):
+    """The `RunConfig` of the parsed flags (`_add_run_options`).
+
+    Raises:
+        ValueError: contradicting technique flags (`_runtime_config`).
+        pydantic.ValidationError: a value out of range, a method rule broken.
+    """
     from fasttts.config import (DEFAULT_GENERATOR, DEFAULT_VERIFIER, GiB, SIM_GENERATOR,
-                                SIM_VERIFIER, EngineConfig, RunConfig, RuntimeConfig, SearchConfig,
-                                SimConfig, VerifierConfig)
+                                SIM_VERIFIER, EngineConfig, RunConfig, SearchConfig, SimConfig,
+                                VerifierConfig)
+    from fasttts.options import flag_values
+    from fasttts.search import GIVEN_ONLY
 
     sim = args.backend == "sim"
     generator = args.generator or (SIM_GENERATOR if sim else DEFAULT_GENERATOR)
@@ -169,28 +202,12 @@ def _run_config(args: argparse.Namespace):
 
     sim_cfg = SimConfig()
     if sim:
-        sim_cfg = SimConfig(
-            hardware=args.hardware, memory_fraction=args.memory_fraction,
-            generator_kv_share=args.generator_kv_share,
-            generator_kv_cache_bytes=args.generator_kv_cache,
-            verifier_kv_cache_bytes=args.verifier_kv_cache,
-            block_size=args.block_size or 16, max_num_seqs=args.max_num_seqs,
-            max_num_batched_tokens=args.max_num_batched_tokens, workload=args.sim_workload)
-    if args.fasttts and args.baseline:
-        raise ValueError("--fasttts and --baseline contradict each other; give one")
-    on = args.fasttts
-    if args.baseline and (args.spec_beam_extension or args.lookahead_verification
-                          or args.prefix_aware_scheduling or args.memory_planner or args.offload
-                          or args.incremental_verification):
-        raise ValueError("--baseline turns every technique off; drop it or the technique flags")
-    runtime = RuntimeConfig(
-        spec_beam_extension=on or args.spec_beam_extension,
-        lookahead_verification=on or args.lookahead_verification,
-        prefix_aware_scheduling=on or args.prefix_aware_scheduling,
-        memory_planner=on or args.memory_planner,
-        offload=args.offload,
-        incremental_verification=on or args.incremental_verification,
-        spec_truncation_ratio=args.spec_truncation_ratio)
+        sim_cfg = SimConfig(**flag_values(args, _SIM_FLAGS),
+                            generator_kv_cache_bytes=args.generator_kv_cache,
+                            verifier_kv_cache_bytes=args.verifier_kv_cache,
+                            block_size=args.block_size or 16)
+    runtime = _runtime_config(args)
+    search = [name for model, name in _search_flags() if model is SearchConfig]
     return RunConfig(
         backend=args.backend,
         sim=sim_cfg,
@@ -200,11 +217,7 @@ def _run_config(args: argparse.Namespace):
                                 engine=engine(verifier, args.verifier_kv_cache),
                                 agg_strategy=args.agg_strategy,
                                 batch_size=args.verifier_batch_size),
-        search=SearchConfig(method=args.method, n=args.n, beam_width=args.beam_width,
-                            num_iterations=args.num_iterations, temperature=args.temperature,
-                            top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed,
-                            **{k: getattr(args, k) for k in _method_flags()
-                               if getattr(args, k) is not None}),
+        search=SearchConfig(**flag_values(args, search, GIVEN_ONLY)),
     )
 
 
@@ -228,11 +241,9 @@ def _check_models(cfg) -> None:
 def _cmd_solve(args: argparse.Namespace) -> int:
     from fasttts.api import FastTTS
     from fasttts.eval.metrics import problem_record
-    from fasttts.search import make_strategy
     from fasttts.steps import build_messages
 
     cfg = _run_config(args)
-    make_strategy(cfg.search)
     build_messages(args.problem)
     _check_models(cfg)
     from fasttts.progress import SearchStatus
@@ -288,12 +299,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from fasttts.api import FastTTS
     from fasttts.eval.datasets import load_dataset, numeric_answers
     from fasttts.eval.runner import ResultStore, run_eval
-    from fasttts.search import make_strategy
 
     from fasttts.backends.sim.workload import problem_difficulty
 
     cfg = _run_config(args)
-    make_strategy(cfg.search)
     problems = load_dataset(args.dataset, limit=args.limit, offset=args.offset)
     if not problems:
         raise ValueError(f"no problems selected from {args.dataset!r} (offset {args.offset}): "
@@ -558,6 +567,41 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
                    help="children per kept path, sharing its prefix (default: %(default)s)")
 
 
+def _add_serve_options(p: argparse.ArgumentParser) -> None:
+    """The options of `fasttts serve` beyond the run's: address, auth, served names, request
+    limits, admission, shutdown and vLLM parallelism."""
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default: %(default)s, this machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=None,
+                   help="bearer token clients must send (default: $FASTTTS_API_KEY, else none)")
+    p.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
+                   help="the model names clients may send, as vLLM's flag; responses name the "
+                        "requested one (default: the --generator name)")
+    p.add_argument("--max-n", type=int, default=64, help="most paths per request (tts.n)")
+    p.add_argument("--max-tokens-limit", type=int, default=4096,
+                   help="most tokens per path a request may ask for")
+    p.add_argument("--max-prompt-chars", type=int, default=8000,
+                   help="most characters of a problem and its system prompt together")
+    p.add_argument("--max-request-bytes", type=parse_size, default="1MiB", metavar="SIZE",
+                   help="most bytes of a request body; larger ones get 413 before they are "
+                        "read or parsed (default: %(default)s)")
+    p.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="on SIGTERM / Ctrl-C, seconds in-flight requests may finish before "
+                        "they are cancelled (default: %(default)s)")
+    p.add_argument("--max-active-requests", type=int, default=4,
+                   help="most requests searching at once (default: %(default)s)")
+    p.add_argument("--max-queue", type=int, default=64,
+                   help="most requests waiting; more get 429 (default: %(default)s)")
+    p.add_argument("--request-timeout", type=float, default=1800,
+                   help="seconds a request may search before it is cancelled (default: "
+                        "%(default)s)")
+    p.add_argument("--tensor-parallel-size", type=int, default=None,
+                   help="passed to vLLM unchanged (GPUs per generator engine)")
+    p.add_argument("--data-parallel-size", type=int, default=None,
+                   help="passed to vLLM unchanged (generator engine replicas)")
+
+
 class _Help(argparse.HelpFormatter):
     """argparse's help layout without breaking names at hyphens (`skywork-prm-1.5b`)."""
 
@@ -618,36 +662,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_plan)
     p = sub.add_parser("serve", parents=[verbose],
                        help="OpenAI-compatible TTS server (many requests, one engine)")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to bind (default: %(default)s, this machine only)")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--api-key", default=None,
-                   help="bearer token clients must send (default: $FASTTTS_API_KEY, else none)")
-    p.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
-                   help="the model names clients may send, as vLLM's flag; responses name the "
-                        "requested one (default: the --generator name)")
-    p.add_argument("--max-n", type=int, default=64, help="most paths per request (tts.n)")
-    p.add_argument("--max-tokens-limit", type=int, default=4096,
-                   help="most tokens per path a request may ask for")
-    p.add_argument("--max-prompt-chars", type=int, default=8000,
-                   help="most characters of a problem and its system prompt together")
-    p.add_argument("--max-request-bytes", type=parse_size, default="1MiB", metavar="SIZE",
-                   help="most bytes of a request body; larger ones get 413 before they are "
-                        "read or parsed (default: %(default)s)")
-    p.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="on SIGTERM / Ctrl-C, seconds in-flight requests may finish before "
-                        "they are cancelled (default: %(default)s)")
-    p.add_argument("--max-active-requests", type=int, default=4,
-                   help="most requests searching at once (default: %(default)s)")
-    p.add_argument("--max-queue", type=int, default=64,
-                   help="most requests waiting; more get 429 (default: %(default)s)")
-    p.add_argument("--request-timeout", type=float, default=1800,
-                   help="seconds a request may search before it is cancelled (default: "
-                        "%(default)s)")
-    p.add_argument("--tensor-parallel-size", type=int, default=None,
-                   help="passed to vLLM unchanged (GPUs per generator engine)")
-    p.add_argument("--data-parallel-size", type=int, default=None,
-                   help="passed to vLLM unchanged (generator engine replicas)")
+    _add_serve_options(p)
     _add_run_options(p, search=False)
     p.set_defaults(func=_cmd_serve)
     p = sub.add_parser("models", parents=[verbose],
@@ -666,16 +681,13 @@ def main(argv: list[str] | None = None) -> int:
     from pydantic import ValidationError
 
     from fasttts.logging_setup import configure, log_to_stderr
+    from fasttts.options import describe_error
 
     try:
         log_to_stderr(configure(args.verbose))
         return args.func(args)
     except ValidationError as e:
-        msgs = "; ".join(
-            (f"{'.'.join(str(x) for x in err['loc'])}: " if err["loc"] else "")
-            + err["msg"].removeprefix("Value error, ") for err in e.errors()
-        )
-        print(f"error: invalid configuration: {msgs}", file=sys.stderr)
+        print(f"error: {describe_error(e)}", file=sys.stderr)
         return 2
     except ValueError as e:  # includes ModelError, SearchConfigError, DatasetError, ...
         print(f"error: {e}", file=sys.stderr)

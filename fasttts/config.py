@@ -1,13 +1,17 @@
 """Validated configuration of a run: engines, verifier, search (pydantic models).
 
 Every field has a unit and a range; a bad value raises `pydantic.ValidationError` whose message
-names the field and what is allowed. Method-specific checks (n divisible by beam_width, ...)
-live with the method in `fasttts.search`.
+names the field and what is allowed. Method-specific rules (n divisible by beam_width, ...)
+live with the method in `fasttts.search` and are checked when a `SearchConfig` is built
+(`add_search_check`). A config is checked once, when it is built, and `model_copy(update=...)`
+builds a new one (checked too). The fields' docs ("Attributes:") are also the help of the
+command line's flags and the docs of the server's request fields (`fasttts.options`).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -26,9 +30,33 @@ SIM_VERIFIER = "math-shepherd-7b"
 
 GiB = 1 << 30
 
+#: The method rules of a search configuration, each `check(cfg)` raising ValueError that names
+#: the rule. The methods live a layer up, in `fasttts.search`, which adds its check when it is
+#: imported (`import fasttts` imports it), so every SearchConfig is checked once, when built.
+_SEARCH_CHECKS: list[Callable[[SearchConfig], None]] = []
+
+
+def add_search_check(check: Callable[[SearchConfig], None]) -> None:
+    """Check every `SearchConfig` built from now on with `check` (once, however often it is
+    added); `check(cfg)` raises ValueError naming the broken rule."""
+    if check not in _SEARCH_CHECKS:
+        _SEARCH_CHECKS.append(check)
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False):
+        """A copy, with `update` applied and checked as in a config built anew (pydantic's
+        own `model_copy` does not validate `update`).
+
+        Raises:
+            pydantic.ValidationError: the updated config is invalid.
+        """
+        copy = super().model_copy(update=update, deep=deep)
+        if not update:
+            return copy
+        return type(self)(**{name: getattr(copy, name) for name in copy.model_fields_set})
 
 
 class EngineConfig(_Strict):
@@ -75,7 +103,8 @@ class VerifierConfig(_Strict):
             transformers), "ovm" (a trained step-end head, `fasttts prm train`), or "auto"
             (from the model's name: judge for embedded instruct models).
         engine: the verifier's engine.
-        agg_strategy: how a path's step scores become one score (`last|min|prod|mean`).
+        agg_strategy: step-score aggregation: how a path's step scores become one score
+            (`last|min|prod|mean`).
         batch_size: most scoring requests in flight at once (verifier batch, B_pre).
     """
 
@@ -86,30 +115,33 @@ class VerifierConfig(_Strict):
 
 
 class SearchConfig(_Strict):
-    """The search-and-learn style search parameters.
+    """The search-and-learn style search parameters, checked against the method's rules when
+    built (`fasttts.search.check_search`).
 
     Attributes:
-        method: search method name (see `fasttts.search.METHODS`).
-        n: search budget: beams kept alive per iteration (beam search) or samples (best-of-N).
+        method: search method, one of `fasttts.search.METHODS`.
+        n: search budget n: beams kept alive per iteration (beam search) or samples
+            (best-of-N).
         beam_width: children per kept beam; beam search keeps n // beam_width beams.
-        num_iterations: most generate -> verify -> select rounds; the last generates to the end.
+        num_iterations: most iterations (generate -> verify -> select rounds); the last
+            generates to the end.
         temperature: sampling temperature of the generator.
         top_p: nucleus sampling mass.
-        max_tokens: most tokens one path may generate in total (tokens).
+        max_tokens: most tokens one path may generate (tokens).
         step_delimiter: text that ends a step, shared by generator and verifier.
         seed: base seed; per-sequence seeds derive from (seed, problem, iteration, beam).
         system_prompt: system message of the generator's chat prompt.
-        lookahead: search-and-learn's greedy lookahead k: each new step is scored after k more
-            greedy (temperature 0) steps are rolled out from it (steps; 0 = off). Methods that
-            select between paths only (beam_search, dvts, dynamic_branching, vg_search).
-        granularity: VG-search's g: verify and branch every g steps (steps; vg_search).
-        branch_temperature: dynamic branching's softmax temperature over path scores (lower
-            = more children for the best paths; dynamic_branching).
-        sart_m: SART's M, completed branches that stop the request (default n // 2).
-        sart_alpha: SART's alpha, the phase-1 pruning threshold on PRM scores in [0, 1].
-        sart_beta: SART's beta, most branches phase 1 may prune (default n // 2).
-        sart_t: SART's T, decode steps (tokens) between pruning checks; a check runs at the
-            first step boundary after T tokens (tokens).
+        lookahead: search-and-learn's greedy lookahead k: a new step is scored after k more
+            greedy (temperature 0) steps from it (steps; 0 = off), for the methods that select
+            between paths (`SearchStrategy.selects_paths`).
+        granularity: verify and branch every g steps, VG-search's g (steps).
+        branch_temperature: softmax temperature of the branching over path scores (lower =
+            more children for the best paths).
+        sart_m: completed branches that stop the request, SART's M (default n // 2).
+        sart_alpha: phase-1 pruning threshold on PRM scores, SART's alpha, in [0, 1].
+        sart_beta: most branches phase 1 may prune, SART's beta (default n // 2).
+        sart_t: decode steps (tokens) between pruning checks, SART's T; a check runs at the
+            first step boundary after T tokens.
     """
 
     method: str = "beam_search"
@@ -137,6 +169,12 @@ class SearchConfig(_Strict):
             raise ValueError("step_delimiter must be a non-empty string, e.g. '\\n\\n'")
         return v
 
+    @model_validator(mode="after")
+    def _method_rules(self) -> SearchConfig:
+        for check in _SEARCH_CHECKS:
+            check(self)
+        return self
+
 
 class SimConfig(_Strict):
     """The simulated device of `backend="sim"` (`fasttts.backends.sim`).
@@ -145,18 +183,20 @@ class SimConfig(_Strict):
     (`fasttts.perf.specs.model_names()`), not weights.
 
     Attributes:
-        hardware: hardware spec name or .json path (`rtx4090`, `h200`, ...).
-        memory_fraction: fraction of device memory the two engines may use (like vLLM's
-            gpu_memory_utilization), in (0, 1].
-        generator_kv_share: the generator's share of the KV memory left after both models'
-            weights and activation reserves (the static split; 0.5 as in search-and-learn).
+        hardware: hardware spec name or .json file (`rtx4090`, `h200`, ...): the simulated
+            device, and the GPU the memory planner plans for.
+        memory_fraction: fraction of device memory both engines use, in (0, 1] (like vLLM's
+            gpu_memory_utilization).
+        generator_kv_share: the generator's share of the KV memory in the static split (of
+            what the weights and activation reserves leave; 0.5 as in search-and-learn).
         activation_reserve_bytes: memory each engine keeps for activations (bytes).
         generator_kv_cache_bytes, verifier_kv_cache_bytes: explicit KV-cache sizes (bytes)
             that replace the static split when set.
         block_size: tokens per KV block (vLLM's GPU default 16).
-        max_num_seqs: most running sequences of the generator (B_dec cap).
-        max_num_batched_tokens: token budget of one engine step (chunked prefill).
-        workload: a WorkloadModel .json or a recorded trace.jsonl; None = the parametric default.
+        max_num_seqs: most running generator sequences (B_dec cap).
+        max_num_batched_tokens: token budget per engine step (chunked prefill).
+        workload: workload model .json, or a trace.jsonl from a real `fasttts eval` run; None =
+            the parametric model.
     """
 
     hardware: str = "rtx4090"
@@ -180,22 +220,20 @@ class RuntimeConfig(_Strict):
     round-robin submission order and no speculation.
 
     Attributes:
-        spec_beam_extension: Speculative Beam Extension with the two-phase preemptible
-            scheduler (FastTTS section 4.1, `fasttts.runtime.spec_beam_extension`).
+        spec_beam_extension: Speculative Beam Extension, two-phase preemptible scheduling
+            (section 4.1, `fasttts.runtime.spec_beam_extension`).
         lookahead_verification: LookAhead Verification (section 4.1.3); needs
             spec_beam_extension.
-        prefix_aware_scheduling: submit each iteration's beams grouped by parent in lineage
-            order, with matching engine priorities (section 4.2,
-            `fasttts.runtime.prefix_scheduling`); off = search-and-learn's round-robin order.
-        memory_planner: split the KV memory between verifier and generator, and cap their
-            batches, by the roofline-guided planner (section 4.3.1,
+        prefix_aware_scheduling: submit beams grouped by parent in lineage order, with
+            matching engine priorities (section 4.2); off = search-and-learn's round-robin
+            order.
+        memory_planner: roofline-guided KV split and batch caps (section 4.3.1,
             `fasttts.runtime.memory_planner`) instead of the static split.
-        offload: let the planner offload the inactive model's KV cache when that is faster
-            (section 4.3.2); needs memory_planner.
-        incremental_verification: score only each path's new steps, one request cut after
-            the step's tag and read at its last token, so the PRM's prefix cache serves the
-            rest (`fasttts.verifiers.pooling`; exact, since every supported PRM is causal);
-            off = every scored path is prefilled whole, as search-and-learn does.
+        offload: let the memory planner offload the inactive model's KV cache when that is
+            faster (section 4.3.2); needs memory_planner.
+        incremental_verification: score only each path's new steps, from the PRM's prefix
+            cache (exact: every supported PRM is causal; `fasttts.verifiers.pooling`); off =
+            whole paths, as search-and-learn.
         plan_seq_len: the path length (tokens, prompt included) the planner sizes for; None =
             256 + max_tokens / 2 for the first request, then the mean measured path length of
             the last 8 requests.
@@ -203,10 +241,15 @@ class RuntimeConfig(_Strict):
             measured lengths (`fasttts.runtime.replan`); it re-splits the KV memory (resizing,
             for real engines rebuilding, both engines) only when the optimum's verifier share
             moved by more than this fraction of the budget; the batch caps always follow.
-        spec_truncation_ratio: R, mean kept fraction of the speculative tokens a duplicate
-            of a kept beam inherits (the paper's best: 0.85; 0 = duplicates inherit nothing,
-            exactly equivalent search).
+        spec_truncation_ratio: mean kept fraction of a kept beam's speculative tokens that its
+            duplicates inherit, R (the paper's best: 0.85; 0 = exact equivalence).
     """
+
+    #: The techniques FastTTS turns on (`fasttts()`, the command line's --fasttts); offload
+    #: is left out, since real engines do not apply it yet.
+    FASTTTS: ClassVar[tuple[str, ...]] = (
+        "spec_beam_extension", "lookahead_verification", "prefix_aware_scheduling",
+        "memory_planner", "incremental_verification")
 
     spec_beam_extension: bool = False
     lookahead_verification: bool = False
@@ -229,11 +272,16 @@ class RuntimeConfig(_Strict):
 
     @classmethod
     def fasttts(cls, **overrides) -> RuntimeConfig:
-        """Speculative beam extension, LookAhead Verification and incremental verification
-        turned on. Prefix-aware scheduling and the memory planner (which `--fasttts` adds
-        where the models have specs) are turned on with their own fields."""
-        return cls(**{"spec_beam_extension": True, "lookahead_verification": True,
-                      "incremental_verification": True, **overrides})
+        """The techniques of `FASTTTS` turned on (what the command line's --fasttts means):
+        Speculative Beam Extension, LookAhead Verification, prefix-aware scheduling, the
+        memory planner (which needs model specs for both models) and incremental
+        verification; `overrides` set any field.
+
+        Raises:
+            pydantic.ValidationError: an override breaks a rule (e.g. offload without the
+                planner).
+        """
+        return cls(**{**dict.fromkeys(cls.FASTTTS, True), **overrides})
 
 
 class RunConfig(_Strict):

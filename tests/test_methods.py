@@ -5,11 +5,12 @@ the comments, plus the known faults of public implementations on the simulated b
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from fasttts.backends.sim import build_sim
 from fasttts.config import EngineConfig, RunConfig, SearchConfig, SimConfig, VerifierConfig
 from fasttts.runtime.loop import SearchRunner
-from fasttts.search import METHODS, SearchConfigError, make_strategy
+from fasttts.search import METHODS, SearchConfigError
 from fasttts.search.dynamic_branching import allocate_children
 from fasttts.steps import split_steps
 from tests.scripted import ScriptedGenerator, ScriptedVerifier
@@ -216,8 +217,9 @@ def test_sart_phase_1_cap_and_threshold():
     ({"method": "beam_search", "n": 4, "beam_width": 2, "granularity": 3}, "granularity is a parameter of method vg_search"),
 ])
 def test_method_config_errors_say_what_is_allowed(kw, msg):
-    with pytest.raises(SearchConfigError, match=msg):
-        make_strategy(SearchConfig(**kw))
+    with pytest.raises(ValidationError, match=msg) as e:
+        SearchConfig(**kw)  # the method's rules are checked when the config is built
+    assert isinstance(e.value.errors()[0]["ctx"]["error"], SearchConfigError)
 
 
 # ---- known faults of public implementations, on the simulated backend -----------------------

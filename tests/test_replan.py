@@ -196,9 +196,10 @@ def test_offload_plans_keep_their_offload_flag():
     # 150 MiB with 1024-token sequences: a 7B verifier sequence (128 MiB) and a 1.5B generator
     # sequence (28 MiB) do not fit together, so each model gets the whole budget in turn
     # (best-of-N: paths share only the prompt, so each holds all 1024 tokens)
-    def cfg(n):
-        c = _cfg(n, plan_seq_len=1024)
-        return c.model_copy(update={"search": c.search.model_copy(update={"method": "best_of_n"})})
+    def cfg(n):  # n = 2 is no beam search of beam_width 4: change method and n at once
+        c = _cfg(8, plan_seq_len=1024)
+        return c.model_copy(update={"search": c.search.model_copy(
+            update={"method": "best_of_n", "n": n})})
 
     budget = 150 << 20
     plan, ver_kv = plan_for_run(cfg(8), budget, GEN, VER, HW, True, 0)

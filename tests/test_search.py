@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from pydantic import ValidationError
 
 from fasttts.config import SearchConfig
 from fasttts.runtime.generation import GenerationTrace, StepRequest, beam_seed, extend_beams
@@ -156,13 +157,24 @@ def test_prompt_too_long_is_a_clear_error():
 
 @pytest.mark.parametrize("n,bw", [(6, 4), (2, 4)])
 def test_beam_search_rejects_n_not_multiple_of_beam_width(n, bw):
-    with pytest.raises(SearchConfigError, match=f"n={n}, beam_width={bw}"):
-        make_strategy(SearchConfig(method="beam_search", n=n, beam_width=bw))
+    with pytest.raises(ValidationError, match=f"n={n}, beam_width={bw}") as e:
+        SearchConfig(method="beam_search", n=n, beam_width=bw)  # checked when built
+    assert isinstance(e.value.errors()[0]["ctx"]["error"], SearchConfigError)
 
 
 def test_unknown_method_lists_the_methods():
-    with pytest.raises(SearchConfigError, match="methods: beam_search, best_of_n"):
-        make_strategy(SearchConfig(method="mcts"))
+    with pytest.raises(ValidationError, match="methods: beam_search, best_of_n"):
+        SearchConfig(method="mcts")
+
+
+def test_a_copy_with_updates_is_checked_like_a_new_config():
+    cfg = SearchConfig(method="beam_search", n=8, beam_width=4)
+    assert cfg.model_copy(update={"n": 16}).n == 16
+    with pytest.raises(ValidationError, match="n=6, beam_width=4"):
+        cfg.model_copy(update={"n": 6})
+    with pytest.raises(ValidationError, match="sart_m is a parameter of method sart"):
+        cfg.model_copy(update={"sart_m": 2})  # an update counts as set explicitly
+    assert make_strategy(cfg).cfg is cfg
 
 
 def test_fan_out_spreads_round_robin_grouped_by_parent():

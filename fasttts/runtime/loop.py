@@ -105,9 +105,6 @@ class SearchRunner:
         runtime: the FastTTS techniques to use (default: none, the baseline).
         on_select: called as on_select(iteration, kept) after each selection (kept: the beams
             that survive; for tests and traces of the search decisions).
-
-    Raises:
-        fasttts.search.SearchConfigError: the search configuration is invalid.
     """
 
     def __init__(
@@ -123,7 +120,6 @@ class SearchRunner:
         self.verifier = verifier
         self.cfg = search
         self.runtime = runtime or RuntimeConfig()
-        make_strategy(search)  # validates; each search gets a fresh strategy
         aggregate([1.0], agg_strategy)  # validates the name
         self.agg_strategy = agg_strategy
         self.on_select = on_select

@@ -455,9 +455,6 @@ def search_shape(search, seq_len: int) -> dict:
     shared). A method that generates each path in one pass (best-of-N, self-consistency) runs
     one iteration. Measured trees (`SearchResult.tree_tokens`) replace the estimate when
     re-planning (`PlanInput.tree_len`).
-
-    Raises:
-        fasttts.search.SearchConfigError: the search configuration is invalid.
     """
     strategy = make_strategy(search)
     single_pass = strategy.num_iterations == 1

@@ -1,6 +1,6 @@
 """Search methods (the policy): one file per method over the shared loop of `fasttts.runtime`."""
 
-from fasttts.config import SearchConfig
+from fasttts.config import SearchConfig, add_search_check
 from fasttts.search.base import SearchConfigError, SearchStrategy
 from fasttts.search.beam_search import BeamSearch
 from fasttts.search.best_of_n import BestOfN
@@ -11,8 +11,8 @@ from fasttts.search.sart import SART
 from fasttts.search.self_consistency import SelfConsistency
 from fasttts.search.vg_search import VGSearch
 
-__all__ = ["METHODS", "METHOD_PARAMS", "SearchConfigError", "SearchStrategy", "make_strategy",
-           "methods_that"]
+__all__ = ["GIVEN_ONLY", "METHODS", "METHOD_PARAMS", "SearchConfigError", "SearchStrategy",
+           "check_search", "make_strategy", "methods_that"]
 
 #: Search methods by name.
 METHODS: dict[str, type[SearchStrategy]] = {cls.name: cls for cls in (
@@ -22,6 +22,11 @@ METHODS: dict[str, type[SearchStrategy]] = {cls.name: cls for cls in (
 #: Method-specific `SearchConfig` fields and the method they belong to (`own_params`).
 METHOD_PARAMS = {param: cls.name for cls in METHODS.values() for param in cls.own_params}
 
+#: The `SearchConfig` fields a front end passes on only when the user gives them, since
+#: giving one is a choice the method's rules look at (`check_search`): greedy lookahead
+#: (methods that select paths) and each method's own parameters.
+GIVEN_ONLY = ("lookahead", *METHOD_PARAMS)
+
 
 def methods_that(trait: str) -> list[str]:
     """Names of the methods whose strategy class has `trait` (a boolean class attribute of
@@ -29,12 +34,14 @@ def methods_that(trait: str) -> list[str]:
     return sorted(name for name, cls in METHODS.items() if getattr(cls, trait))
 
 
-def make_strategy(cfg: SearchConfig) -> SearchStrategy:
-    """A fresh strategy for `cfg.method` (one per search), validated against `cfg`.
+def check_search(cfg: SearchConfig) -> None:
+    """Check `cfg` against the rules of its method: run by pydantic when a `SearchConfig` is
+    built (`fasttts.config.add_search_check`), so a config that exists has passed it.
 
     Raises:
         SearchConfigError: unknown method (lists the methods), a parameter of another method
-            set explicitly, or invalid parameters.
+            set explicitly, greedy lookahead for a method that does not select paths, or
+            parameters the method refuses (`SearchStrategy.check`).
     """
     if cfg.method not in METHODS:
         raise SearchConfigError(
@@ -49,4 +56,13 @@ def make_strategy(cfg: SearchConfig) -> SearchStrategy:
         raise SearchConfigError(
             f"lookahead={cfg.lookahead} applies to methods that select between paths "
             f"({', '.join(methods_that('selects_paths'))}), not {cfg.method}; use lookahead=0")
+    METHODS[cfg.method].check(cfg)
+
+
+add_search_check(check_search)
+
+
+def make_strategy(cfg: SearchConfig) -> SearchStrategy:
+    """A fresh strategy for `cfg.method` (one per search; `cfg` was checked when it was built,
+    by `check_search`)."""
     return METHODS[cfg.method](cfg)

@@ -44,10 +44,7 @@ class SearchStrategy(ABC):
     """One search method.
 
     Args:
-        cfg: the search configuration; validated by `validate`.
-
-    Raises:
-        SearchConfigError: the configuration is invalid for this method.
+        cfg: the search configuration (checked against `check` when it was built).
     """
 
     name: ClassVar[str]
@@ -58,22 +55,27 @@ class SearchStrategy(ABC):
     #: vote, search-and-learn), "majority" or "best" (the highest-scored completion).
     answer_rule: ClassVar[str] = "weighted"
     #: The method compares paths with the PRM, so greedy lookahead (`SearchConfig.lookahead`)
-    #: can apply to it (checked by `fasttts.search.make_strategy`).
+    #: can apply to it (checked by `fasttts.search.check_search`).
     selects_paths: ClassVar[bool] = True
     #: The paths of one iteration are children of kept paths: each shares all but its newest
     #: steps with its beam_width siblings (a search tree, whose prefix reuse the memory planner
     #: prices); False = independent paths.
     shares_prefixes: ClassVar[bool] = False
     #: The `SearchConfig` fields that belong to this method alone (setting one for another
-    #: method is an error: `fasttts.search.make_strategy`).
+    #: method is an error: `fasttts.search.check_search`).
     own_params: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg: SearchConfig):
         self.cfg = cfg
-        self.validate()
 
-    def validate(self) -> None:
-        """Check method-specific constraints; raise SearchConfigError with the rule."""
+    @classmethod
+    def check(cls, cfg: SearchConfig) -> None:
+        """Check the method's own rules on `cfg` (run when a SearchConfig is built:
+        `fasttts.search.check_search`).
+
+        Raises:
+            SearchConfigError: a rule is broken; the message says what is allowed.
+        """
 
     @property
     def steps_per_level(self) -> int:

@@ -32,8 +32,10 @@ class BeamSearch(SearchStrategy):
     name = "beam_search"
     shares_prefixes = True
 
-    def validate(self) -> None:
-        require_multiple(self.name, self.cfg.n, self.cfg.beam_width)
+    @classmethod
+    def check(cls, cfg) -> None:
+        """n must be a positive multiple of beam_width."""
+        require_multiple(cls.name, cfg.n, cfg.beam_width)
 
     def expand(self, kept: list[Beam], iteration: int, new_id: Callable[[], int]) -> list[Beam]:
         return fan_out(kept, self.cfg.n, new_id)

@@ -38,8 +38,10 @@ class DVTS(SearchStrategy):
         super().__init__(cfg)
         self.answers: dict[int, Beam] = {}
 
-    def validate(self) -> None:
-        require_multiple(self.name, self.cfg.n, self.cfg.beam_width)
+    @classmethod
+    def check(cls, cfg) -> None:
+        """n must be a positive multiple of beam_width."""
+        require_multiple(cls.name, cfg.n, cfg.beam_width)
 
     def planned_lineages(self, share: int) -> int:
         """n / beam_width subtrees that never merge (an upper bound: finished subtrees stop)."""

@@ -78,8 +78,10 @@ class SART(SearchStrategy):
         self._check_due = False
         self._start_tokens: dict[int, int] = {}
 
-    def validate(self) -> None:
-        n, m, beta = self.cfg.n, self.cfg.sart_m, self.cfg.sart_beta
+    @classmethod
+    def check(cls, cfg) -> None:
+        """M and beta at most N."""
+        n, m, beta = cfg.n, cfg.sart_m, cfg.sart_beta
         if m is not None and m > n:
             raise SearchConfigError(f"sart needs M <= N: sart_m={m} but n={n}; use "
                                     f"1 <= sart_m <= {n} (default n // 2)")

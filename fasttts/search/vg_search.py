@@ -36,8 +36,10 @@ class VGSearch(SearchStrategy):
     shares_prefixes = True
     own_params = ("granularity",)
 
-    def validate(self) -> None:
-        require_multiple(self.name, self.cfg.n, self.cfg.beam_width)
+    @classmethod
+    def check(cls, cfg) -> None:
+        """n must be a positive multiple of beam_width."""
+        require_multiple(cls.name, cfg.n, cfg.beam_width)
 
     @property
     def steps_per_level(self) -> int:

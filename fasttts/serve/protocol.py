@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from fasttts.config import SearchConfig
-from fasttts.search import SearchConfigError, make_strategy
-from fasttts.verifiers.base import AGG_STRATEGIES
+from fasttts.config import SearchConfig, VerifierConfig
+from fasttts.options import copied_fields, describe_error
+from fasttts.search import GIVEN_ONLY
 
 __all__ = ["BadRequest", "ChatCompletionRequest", "ChatMessage", "CompletionRequest",
            "MAX_NAME_CHARS", "ServerLimits", "TTSOptions", "error_body", "to_search"]
@@ -68,22 +68,23 @@ class ServerLimits(_Strict):
     max_body_bytes: int = Field(default=1 << 20, gt=0)
 
 
-class TTSOptions(_Strict):
-    """The test-time scaling search of one request (fields as in `fasttts.config.SearchConfig`;
-    `None` = the method's default)."""
+#: The `SearchConfig` fields a request sets outside `tts`: sampling from OpenAI's own fields
+#: (temperature, top_p, max_tokens, seed), the system prompt from the messages; the step
+#: delimiter is the server's.
+_OUTSIDE_TTS = ("temperature", "top_p", "max_tokens", "seed", "system_prompt", "step_delimiter")
+_TTS_FIELDS = [f for f in SearchConfig.model_fields if f not in _OUTSIDE_TTS]
 
-    method: str = "beam_search"
-    n: int = Field(default=8, ge=1)
-    beam_width: int = Field(default=4, ge=1)
-    num_iterations: int = Field(default=40, ge=1)
-    agg_strategy: Literal[AGG_STRATEGIES] = "last"  # type: ignore[valid-type]
-    lookahead: int | None = Field(default=None, ge=0)
-    granularity: int | None = Field(default=None, ge=1)
-    branch_temperature: float | None = Field(default=None, gt=0)
-    sart_m: int | None = Field(default=None, ge=1)
-    sart_alpha: float | None = Field(default=None, ge=0, le=1)
-    sart_beta: int | None = Field(default=None, ge=0)
-    sart_t: int | None = Field(default=None, ge=1)
+#: The test-time scaling search of one request: the `fasttts.config.SearchConfig` fields
+#: (types, ranges, defaults, docs) but those set outside `tts`, and the verifier's
+#: `agg_strategy`; a method's own parameters and `lookahead` default to None (= the method's
+#: default) and count only when given.
+TTSOptions = create_model(
+    "TTSOptions", __base__=_Strict, __module__=__name__,
+    __doc__="The test-time scaling search of one request (fields as in "
+            "`fasttts.config.SearchConfig`;\n`None` = the method's default).",
+    **copied_fields(SearchConfig, [f for f in _TTS_FIELDS if f not in GIVEN_ONLY]),
+    **copied_fields(VerifierConfig, ["agg_strategy"]),
+    **copied_fields(SearchConfig, [f for f in _TTS_FIELDS if f in GIVEN_ONLY], GIVEN_ONLY))
 
 
 class ChatMessage(_Strict):
@@ -147,7 +148,7 @@ def to_search(req: ChatCompletionRequest | CompletionRequest,
         BadRequest: unknown model, n != 1, a stop list, an empty problem, a problem and
             system prompt over max_prompt_chars, tts.n
             or max_tokens over the limits, or a search configuration the method refuses
-            (message from `fasttts.search.make_strategy`).
+            (message from `fasttts.search.check_search`).
     """
     if req.model not in limits.served_model_names:
         names = ", ".join(map(repr, limits.served_model_names))
@@ -187,10 +188,9 @@ def to_search(req: ChatCompletionRequest | CompletionRequest,
         fields["system_prompt"] = system
     # only the fields the client set count as "set" (method-specific checks use that)
     explicit = {k for k in tts.model_fields_set if k != "agg_strategy"}
-    search = SearchConfig(**{k: v for k, v in fields.items()
-                             if k in explicit or k not in TTSOptions.model_fields})
     try:
-        make_strategy(search)
-    except SearchConfigError as e:
-        raise BadRequest(str(e), "tts") from e
+        search = SearchConfig(**{k: v for k, v in fields.items()
+                                 if k in explicit or k not in TTSOptions.model_fields})
+    except ValidationError as e:
+        raise BadRequest(describe_error(e), "tts") from e
     return problem, search, tts.agg_strategy

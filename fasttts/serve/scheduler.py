@@ -30,11 +30,12 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from pydantic import ValidationError
+
 from fasttts.beam import Beam
 from fasttts.config import RuntimeConfig, SearchConfig
 from fasttts.runtime.loop import SearchRunner
 from fasttts.runtime.memory_planner import PlanError
-from fasttts.search import SearchConfigError
 from fasttts.serve.hub import EngineHub, GeneratorView, RequestCancelled
 from fasttts.verifiers.base import ScoreRequest, Verifier
 
@@ -252,11 +253,11 @@ class Scheduler:
             self._planned_for = tuple(sorted(searches))
             big = max(searches.values(), key=lambda s: s.n)
             total = -(-sum(s.n for s in searches.values()) // big.beam_width) * big.beam_width
-            cfg = self.config.model_copy(
-                update={"search": big.model_copy(update={"n": total})})
             try:
+                cfg = self.config.model_copy(
+                    update={"search": big.model_copy(update={"n": total})})
                 self.replanner.update(cfg, resplit=False)
-            except (PlanError, SearchConfigError):
+            except (PlanError, ValidationError):
                 return  # the caps in force stay
             self.apply_plan(self.replanner.plan)  # also to an engine restarted meanwhile
 

@@ -12,12 +12,15 @@ simulated one in `fasttts.backends.sim`); it is re-exported here.
 from __future__ import annotations
 
 import math
+import typing
 
 from fasttts.backends.base import ScoreRequest, Verifier
+from fasttts.config import AggStrategy
 
 __all__ = ["AGG_STRATEGIES", "ScoreRequest", "Verifier", "aggregate"]
 
-AGG_STRATEGIES = ("last", "min", "prod", "mean")
+#: The step-score aggregations, as `fasttts.config.AggStrategy` names them.
+AGG_STRATEGIES = typing.get_args(AggStrategy)
 
 
 def aggregate(scores: list[float], strategy: str) -> float:

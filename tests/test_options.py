@@ -1,0 +1,116 @@
+"""One source for every option: the CLI's flags and the server's `tts` fields are generated from
+the config models' fields and docstrings (`fasttts.options`), and `--fasttts` is
+`RuntimeConfig.fasttts()`."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from pydantic import ValidationError
+
+from fasttts import config
+from fasttts.cli import _run_config, build_parser
+from fasttts.config import RuntimeConfig, SearchConfig, SimConfig
+from fasttts.options import attr_docs, describe_error
+from fasttts.search import GIVEN_ONLY
+from fasttts.serve.protocol import TTSOptions
+
+MODELS = (config.EngineConfig, config.VerifierConfig, SearchConfig, SimConfig, RuntimeConfig,
+          config.RunConfig)
+
+
+def _actions(command: str) -> dict[str, argparse.Action]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {a.dest: a for a in sub.choices[command]._actions}
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["eval", "--backend", "sim", "--dataset", "gsm8k",
+                                      "--output-dir", "/tmp/unused", *argv])
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
+def test_every_config_field_has_a_doc(model):
+    assert set(attr_docs(model)) == set(model.model_fields)
+
+
+def test_attr_docs_join_lines_and_share_entries():
+    docs = attr_docs(SimConfig)
+    assert docs["generator_kv_cache_bytes"] == docs["verifier_kv_cache_bytes"]
+    assert docs["hardware"].startswith("hardware spec name or .json file")
+    assert "the GPU the memory planner plans for" in docs["hardware"]  # a continuation line
+
+
+def test_search_flags_come_from_search_config():
+    actions = _actions("eval")
+    docs = attr_docs(SearchConfig)
+    for name, field in SearchConfig.model_fields.items():
+        if name in ("step_delimiter", "system_prompt"):
+            assert name not in actions
+            continue
+        action = actions[name]
+        assert action.option_strings == ["--" + name.replace("_", "-")]
+        assert action.default == (None if name in GIVEN_ONLY else field.default)
+        first_words = " ".join(docs[name].replace("`", "").rstrip(".").split()[:4])
+        assert first_words in " ".join(action.help.split())
+    assert actions["agg_strategy"].choices == ("last", "min", "prod", "mean")
+    assert actions["spec_truncation_ratio"].metavar == "R"
+
+
+def test_serve_takes_no_search_flags_but_their_defaults():
+    actions = _actions("serve")
+    assert "beam_width" not in actions and "sart_m" not in actions
+    args = build_parser().parse_args(["serve", "--backend", "sim"])
+    assert _run_config(args).search == SearchConfig()
+
+
+def test_only_given_method_parameters_reach_the_config():
+    assert _run_config(_args()).search.model_fields_set.isdisjoint(GIVEN_ONLY)
+    cfg = _run_config(_args("--method", "sart", "--sart-t", "32")).search
+    assert cfg.sart_t == 32 and "sart_t" in cfg.model_fields_set and cfg.sart_m is None
+
+
+@pytest.mark.parametrize("argv, runtime", [
+    ([], RuntimeConfig()),
+    (["--fasttts"], RuntimeConfig.fasttts()),
+    (["--fasttts", "--offload"], RuntimeConfig.fasttts(offload=True)),
+    (["--fasttts", "--spec-truncation-ratio", "0"], RuntimeConfig.fasttts(spec_truncation_ratio=0)),
+    (["--spec-beam-extension", "--lookahead-verification"],
+     RuntimeConfig(spec_beam_extension=True, lookahead_verification=True)),
+])
+def test_the_fasttts_flag_is_runtime_config_fasttts(argv, runtime):
+    assert _run_config(_args(*argv)).runtime == runtime
+
+
+def test_fasttts_turns_on_its_five_techniques():
+    on = RuntimeConfig.fasttts()
+    assert all(getattr(on, name) for name in RuntimeConfig.FASTTTS)
+    assert not on.offload
+    assert "--memory-planner" in _actions("eval")["fasttts"].help
+
+
+def test_tts_fields_come_from_search_config():
+    fields = TTSOptions.model_fields
+    assert list(fields)[:5] == ["method", "n", "beam_width", "num_iterations", "agg_strategy"]
+    assert set(list(fields)[5:]) == set(GIVEN_ONLY)
+    for name in GIVEN_ONLY:
+        assert fields[name].default is None
+    for name in ("method", "n", "beam_width", "num_iterations"):
+        assert fields[name].default == SearchConfig.model_fields[name].default
+        assert fields[name].description == attr_docs(SearchConfig)[name]
+    with pytest.raises(ValidationError, match="greater than 0"):
+        TTSOptions(n=0)
+    with pytest.raises(ValidationError, match="less than or equal to 1"):
+        TTSOptions(sart_alpha=2.0)
+    assert TTSOptions(sart_m=None).sart_m is None
+
+
+def test_a_method_rule_reads_as_itself_and_other_errors_name_the_field():
+    with pytest.raises(ValidationError) as e:
+        SearchConfig(method="mcts")
+    assert describe_error(e.value).startswith("unknown search method 'mcts'; methods: ")
+    with pytest.raises(ValidationError) as e:
+        SearchConfig(n=0)
+    assert describe_error(e.value) == "invalid configuration: n: Input should be greater than 0"
