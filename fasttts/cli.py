@@ -324,7 +324,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                 if cfg.backend == "sim":
                     tts.set_reference(p.problem, p.answer, problem_difficulty(
                         args.dataset, p.problem, p.meta.get("level")))
-            single = cfg.search.model_copy(update=GREEDY_BASELINE)
+            single = _single_sample_search(cfg.search)
             summary = run_eval(problems, lambda p: tts.solve(p.problem, p.id,
                                                              on_progress=status), store,
                                numeric=numeric_answers(load_dataset(args.dataset)),
@@ -339,6 +339,16 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 #: The single-sample baseline's search: one greedy sample, no verifier (self-consistency of 1).
 GREEDY_BASELINE = {"method": "self_consistency", "n": 1, "beam_width": 1, "temperature": 0.0}
+
+
+def _single_sample_search(search):
+    """The search's settings for its single-sample baseline: `GREEDY_BASELINE`, with the
+    method's own parameters (and lookahead) left out, as self-consistency has none."""
+    from fasttts.config import SearchConfig
+    from fasttts.search import GIVEN_ONLY
+
+    kept = search.model_dump(exclude=set(GIVEN_ONLY))
+    return SearchConfig(**(kept | GREEDY_BASELINE))
 
 
 def _table(title: str):

@@ -127,7 +127,8 @@ class SearchConfig(_Strict):
             generates to the end.
         temperature: sampling temperature of the generator.
         top_p: nucleus sampling mass.
-        max_tokens: most tokens one path may generate (tokens).
+        max_tokens: most tokens one path may generate (tokens; the default fits the embedded
+            generator's solutions).
         step_delimiter: text that ends a step, shared by generator and verifier.
         seed: base seed; per-sequence seeds derive from (seed, problem, iteration, beam).
         system_prompt: system message of the generator's chat prompt.
@@ -150,7 +151,10 @@ class SearchConfig(_Strict):
     num_iterations: int = Field(default=40, gt=0)
     temperature: float = Field(default=0.8, ge=0.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    max_tokens: int = Field(default=2048, gt=0)
+    #: 1024: the embedded 0.5B generator's GSM8K solutions are 282 tokens at the median, 432 at
+    #: the 90th percentile; 1 of 128 sampled solutions reached 1024 (`fasttts prm train`
+    #: rollouts of 32 GSM8K training problems, 2026-12-01).
+    max_tokens: int = Field(default=1024, gt=0)
     step_delimiter: str = "\n\n"
     seed: int = 0
     system_prompt: str | None = None

@@ -31,7 +31,7 @@ STEPS = ("Natalia sold 48 / 2 = 24 clips in May.\n\n",
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     root = tmp_path_factory.mktemp("ovm")
-    weight = np.random.default_rng(3).normal(size=896).astype(np.float32) * 0.05
+    weight = np.random.default_rng(3).normal(size=896).astype(np.float32) * 0.005
     head = save_head(root / "head", weight, {"base": DEFAULT_GENERATOR, "layer": LAYER,
                                              "system_prompt": None})
     return build_head_checkpoint(head, root / "ckpt"), weight
@@ -53,9 +53,8 @@ def test_vllm_scores_equal_the_fitted_head(checkpoint):
         v = OVMVerifier(EngineConfig(model=str(folder), kv_cache_memory_bytes=64 * MiB,
                                      max_model_len=1024, block_size=32), incremental=incremental)
         try:
-            # the default system prompt holds blank lines: tags in the head are not steps
             ids, tags = v.path_ids(PROBLEM, STEPS)
-            assert len(tags) > len(STEPS) and ids[tags[-1]] == v.step_tag_id
+            assert len(tags) >= len(STEPS) and all(ids[t] == v.step_tag_id for t in tags)
             before = v.cache_stats()
             if incremental:  # one new step per call, as a search does
                 got = [s for k in range(3)

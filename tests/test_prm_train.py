@@ -85,7 +85,8 @@ def test_head_folder_and_checkpoint(tmp_path):
     base = tmp_path / "base"
     base.mkdir()
     (base / "config.json").write_text(json.dumps({
-        "architectures": ["Qwen2ForCausalLM"], "num_hidden_layers": 3, "hidden_size": 4}))
+        "architectures": ["Qwen2ForCausalLM"], "num_hidden_layers": 3, "hidden_size": 4,
+        "layer_types": ["full_attention"] * 3}))
     (base / "tokenizer.json").write_text("{}")
     save_file({f"model.layers.{i}.w": torch.full((2,), float(i)) for i in range(3)}
               | {"model.embed_tokens.weight": torch.zeros(5, 4), "model.norm.weight": torch.ones(4),
@@ -98,6 +99,7 @@ def test_head_folder_and_checkpoint(tmp_path):
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["architectures"] == ["Qwen2ForSequenceClassification"]
     assert cfg["num_labels"] == 1 and cfg["num_hidden_layers"] == 2
+    assert cfg["layer_types"] == ["full_attention"] * 2
     assert cfg["fasttts_ovm"]["layer"] == 2 and (out / "tokenizer.json").is_file()
     with safe_open(str(out / "model.safetensors"), "pt") as f:
         assert sorted(f.keys()) == ["model.embed_tokens.weight", "model.layers.0.w",

@@ -39,3 +39,12 @@ def test_summary_without_baseline_is_unchanged():
                                         "latency_s": 2.0}} for c, t in ((True, 10), (False, 30))]
     assert summarize(both)["single_sample"] == {"accuracy": 0.5, "num_tokens": 20, "latency_s": 2.0}
     assert "single_sample" not in summarize(both[:1] + [record])  # only when every record has it
+
+
+def test_baseline_drops_the_methods_own_parameters(tmp_path):
+    out = tmp_path / "sart"
+    assert main(["eval", "--backend", "sim", "--dataset", "gsm8k", "--limit", "1", "--method",
+                 "sart", "--n", "8", "--sart-t", "32", "--single-sample-baseline",
+                 "--output-dir", str(out)]) == 0
+    record = json.loads((out / "results.jsonl").read_text())
+    assert record["single_sample"]["num_tokens"] > 0

@@ -67,6 +67,8 @@ def build_head_checkpoint(head_dir: Path, out: Path) -> Path:
     cfg.update(architectures=arch, num_labels=1, id2label={"0": "correct"},
                label2id={"correct": 0}, num_hidden_layers=layer, tie_word_embeddings=False,
                **{_CONFIG_KEY: {k: meta.get(k) for k in ("system_prompt", "layer", "base")}})
+    if isinstance(cfg.get("layer_types"), list):  # one entry per layer (transformers >= 4.53)
+        cfg["layer_types"] = cfg["layer_types"][:layer]
     out = Path(out)
     out.mkdir(parents=True)
     for f in base.iterdir():

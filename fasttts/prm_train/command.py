@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from fasttts.config import DEFAULT_GENERATOR
 
@@ -66,7 +67,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                max_tokens=args.max_tokens, seed=args.seed),
         layers=args.layers, out_dir=args.output_dir, name=args.name,
         num_threads=args.num_threads)
-    report = train_head(cfg)
+    report = train_head(cfg, command="fasttts " + " ".join(sys.argv[1:]))
     held = report["held_out"]
     print(f"head: {report['head']}")
     print(f"layer {report['layer']}, l2 {report['l2']}: held-out pairwise ranking "

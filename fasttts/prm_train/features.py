@@ -76,7 +76,7 @@ class FeatureExtractor:
                     continue
                 res = self.model(torch.tensor([ids]), past_key_values=prefix, use_cache=True,
                                  output_hidden_states=True)
-                prefix.crop(len(head))
+                prefix.crop(len(head) - prefix.get_seq_length())  # drop this text's tokens
                 rows = [self._normed(res.hidden_states, k)[0, tags] for k in self.layers]
                 out.append(torch.stack(rows, dim=1).float().numpy())
         return out

@@ -79,12 +79,13 @@ def _examples(cfg: TrainConfig, records: list[dict], progress) -> list[Example]:
             for r in records for j, s in enumerate(r["samples"])]
 
 
-def train_head(cfg: TrainConfig, progress=None) -> dict:
+def train_head(cfg: TrainConfig, progress=None, command: str = "") -> dict:
     """Run every stage; returns the report (also written to `<out_dir>/report.json`).
 
     Args:
         cfg: the run's settings.
         progress: a tqdm-like wrapper `progress(iterable, desc=..., unit=...)`; None = tqdm.
+        command: the command line that ran it, kept in the head's provenance.
 
     Raises:
         fasttts.eval.datasets.DatasetError: bad `data`.
@@ -123,7 +124,7 @@ def train_head(cfg: TrainConfig, progress=None) -> dict:
               "problems": len(problems), "held_out_problems": len(val_ids),
               "completions": len(examples), "correct_fraction": float(np.mean(labels))}
     meta = {"base": cfg.generator, "layer": cfg.layers[best.layer], "system_prompt": None,
-            "format": "ovm", "train": {"data": cfg.data, "offset": cfg.offset,
+            "format": "ovm", "command": command, "train": {"data": cfg.data, "offset": cfg.offset,
                                        "limit": cfg.limit, **asdict(cfg.rollouts)},
             "metrics": {k: report[k] for k in ("held_out", "problems", "completions",
                                                "correct_fraction", "l2")}}

@@ -183,7 +183,8 @@ def to_search(req: ChatCompletionRequest | CompletionRequest,
         fields["top_p"] = req.top_p
     if req.seed is not None:
         fields["seed"] = req.seed
-    fields["max_tokens"] = max_tokens or min(2048, limits.max_tokens)
+    fields["max_tokens"] = max_tokens or min(SearchConfig.model_fields["max_tokens"].default,
+                                             limits.max_tokens)
     if system is not None:
         fields["system_prompt"] = system
     # only the fields the client set count as "set" (method-specific checks use that)
