@@ -75,8 +75,13 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    help="KV block size in tokens (CPU: a multiple of 32; default: platform's)")
     g.add_argument("--max-model-len", type=int, default=4096,
                    help="context limit in tokens (default: %(default)s)")
-    g.add_argument("--threads", type=int, default=1,
-                   help="CPU threads per engine on the CPU build (default: %(default)s)")
+    g.add_argument("--dtype", default="auto",
+                   help="weights and activations of both engines, as vLLM's --dtype: auto "
+                        "(bfloat16 where the hardware computes it, float32 on CPUs without "
+                        "AVX-512 BF16 / AMX), bfloat16, float16, float32 (default: %(default)s)")
+    g.add_argument("--threads", type=int, default=None,
+                   help="CPU threads per engine on the CPU build (default: every core this "
+                        "process may use; the two engines run one at a time)")
     g.add_argument("--verifier-batch-size", type=int, default=64,
                    help="most verifier requests in flight (B_pre) (default: %(default)s)")
 
@@ -198,7 +203,8 @@ def _run_config(args: argparse.Namespace):
     def engine(model: str, kv: int | None) -> EngineConfig:
         return EngineConfig(model=model, kv_cache_memory_bytes=kv or GiB,
                             block_size=args.block_size, max_model_len=args.max_model_len,
-                            num_threads=args.threads, seed=args.seed)
+                            seed=args.seed, dtype=args.dtype,
+                            **({"num_threads": args.threads} if args.threads else {}))
 
     sim_cfg = SimConfig()
     if sim:

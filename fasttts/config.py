@@ -10,6 +10,7 @@ command line's flags and the docs of the server's request fields (`fasttts.optio
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
@@ -75,7 +76,8 @@ class EngineConfig(_Strict):
         max_model_len: context limit in tokens (prompt + generated).
         enforce_eager: disable graph capture; None = True on CPU (torch.compile does not cache
             on the CPU build), False on GPU.
-        num_threads: CPU threads of the engine (CPU build only).
+        num_threads: CPU threads of the engine (CPU build only); default every core this
+            process may use: the generator and verifier of one process run one at a time.
         seed: engine seed (per-sequence seeds are set by the search).
         tensor_parallel_size: vLLM tensor parallelism, passed through unchanged.
         extra_engine_args: any other `vllm.EngineArgs` fields, passed through unchanged.
@@ -87,7 +89,7 @@ class EngineConfig(_Strict):
     block_size: int | None = Field(default=None, gt=0)
     max_model_len: int = Field(default=4096, gt=0)
     enforce_eager: bool | None = None
-    num_threads: int = Field(default=1, gt=0)
+    num_threads: int = Field(default_factory=lambda: len(os.sched_getaffinity(0)), gt=0)
     seed: int = 0
     tensor_parallel_size: int = Field(default=1, gt=0)
     extra_engine_args: dict = Field(default_factory=dict)
