@@ -465,18 +465,23 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def _cmd_models(args: argparse.Namespace) -> int:
     from fasttts.config import DEFAULT_GENERATOR, DEFAULT_VERIFIER
-    from fasttts.models import EMBEDDED_MODELS, prepare_model, prepared_path
+    from fasttts.models import (DERIVED_MODELS, EMBEDDED_MODELS, embedded_names, prepare_model,
+                                prepared_path)
 
     if args.action == "list":
-        for name, m in EMBEDDED_MODELS.items():
+        for name in embedded_names():
             state = "prepared" if (prepared_path(name) / "config.json").is_file() else "not prepared"
-            print(f"{name}\t{state}\t{m.description}\t(pip extra: fasttts[{m.pip_extra}])")
+            if name in EMBEDDED_MODELS:
+                m = EMBEDDED_MODELS[name]
+                print(f"{name}\t{state}\t{m.description}\t(pip extra: fasttts[{m.pip_extra}])")
+            else:
+                print(f"{name}\t{state}\t{DERIVED_MODELS[name].description}")
         return 0
     names = args.names or sorted({DEFAULT_GENERATOR, DEFAULT_VERIFIER})
-    unknown = [n for n in names if n not in EMBEDDED_MODELS]
+    unknown = [n for n in names if n not in embedded_names()]
     if unknown:
         raise ValueError(f"unknown embedded model {unknown[0]!r}; embedded models are: "
-                         f"{', '.join(EMBEDDED_MODELS)}")
+                         f"{', '.join(embedded_names())}")
     for name in names:
         print(f"preparing {name} ...", flush=True)
         print(f"{name}: {prepare_model(name, force=args.force)}")

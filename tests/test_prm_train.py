@@ -112,3 +112,19 @@ def test_head_folder_and_checkpoint(tmp_path):
 def test_training_refuses_an_evaluation_set():
     with pytest.raises(ValueError, match="'gsm8k' is an evaluation set"):
         train_head(TrainConfig(generator="x", data="gsm8k"))
+
+
+def test_planner_spec_of_a_trained_head():
+    from fasttts.engines.real import derived_model_spec
+    from fasttts.models.embedded import DerivedModel
+    from fasttts.perf.specs import find_model_spec
+
+    base = find_model_spec("qwen2.5-coder-0.5b-instruct")
+    DERIVED_MODELS["t-ovm"] = DerivedModel("t-ovm", "", base.name, None, num_layers=6, lm_head=False)
+    try:
+        spec = derived_model_spec("t-ovm")
+        assert (spec.name, spec.num_layers, spec.lm_head) == ("t-ovm", 6, False)
+        assert spec.kv_bytes_per_token == base.kv_bytes_per_token * 6 // 24
+    finally:
+        del DERIVED_MODELS["t-ovm"]
+    assert derived_model_spec("not-a-model") is None

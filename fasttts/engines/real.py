@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from fasttts.backends.vllm_engine import min_kv_cache_tokens
 from fasttts.config import EngineConfig, RunConfig
+from fasttts.models import DERIVED_MODELS
 from fasttts.perf.specs import ModelSpec, find_model_spec, load_hardware
 from fasttts.runtime.memory_planner import MemoryPlan, PlanError, plan_for_run
 from fasttts.runtime.replan import Replanner
 
-__all__ = ["apply_real_plan", "engine_slots", "plan_real_engines", "planner_hardware",
+__all__ = ["apply_real_plan", "derived_model_spec", "engine_slots", "plan_real_engines", "planner_hardware",
            "real_model_specs", "real_replanner"]
 
 #: vLLM's `max_num_seqs` on its CPU build for offline use: the slots of an engine whose
@@ -35,6 +36,18 @@ def planner_hardware(config: RunConfig) -> str:
     return config.sim.hardware
 
 
+def derived_model_spec(model: str) -> ModelSpec | None:
+    """The spec of a derived model (a trained head on an embedded base, `fasttts.models`): the
+    base's spec with the layers it keeps and no vocabulary projection; None if `model` is not
+    a derived model or its base has no spec."""
+    derived = DERIVED_MODELS.get(model)
+    base = find_model_spec(derived.base) if derived else None
+    if base is None:
+        return None
+    return base.model_copy(update={"name": model, "lm_head": derived.lm_head,
+                                   "num_layers": derived.num_layers or base.num_layers})
+
+
 def real_model_specs(cfg: RunConfig) -> tuple[ModelSpec, ModelSpec]:
     """The (generator, verifier) model specs of a real-engine config.
 
@@ -43,7 +56,7 @@ def real_model_specs(cfg: RunConfig) -> tuple[ModelSpec, ModelSpec]:
     """
     specs = []
     for model in (cfg.generator.model, cfg.verifier.engine.model):
-        spec = find_model_spec(model)
+        spec = find_model_spec(model) or derived_model_spec(model)
         if spec is None:
             raise PlanError(f"the memory planner has no model spec for {model!r}; add a JSON "
                             f"spec to fasttts/perf/specs/models/ or turn the planner off "

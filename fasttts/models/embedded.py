@@ -122,12 +122,16 @@ class DerivedModel:
         description: what it is.
         base: the embedded model it is built from.
         build: writes the prepared folder at the given path (called on first use).
+        num_layers: transformer layers it keeps of the base (None = all).
+        lm_head: it ends in the base's vocabulary projection (False for a reward head).
     """
 
     name: str
     description: str
     base: str
     build: object
+    num_layers: int | None = None
+    lm_head: bool = True
 
 
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")

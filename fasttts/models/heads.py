@@ -100,6 +100,7 @@ def register_heads(folder: Path = HEADS_DIR) -> list[str]:
             name=name, base=meta["base"],
             description=f"trained OVM head on {meta['base']} (layer {meta['layer']}; "
                         f"fasttts prm train)",
-            build=partial(build_head_checkpoint, head_dir.parent))
+            build=partial(build_head_checkpoint, head_dir.parent),
+            num_layers=int(meta["layer"]), lm_head=False)
         names.append(name)
     return names
