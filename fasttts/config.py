@@ -24,7 +24,10 @@ AggStrategy = Literal["last", "min", "prod", "mean"]
 
 #: The embedded defaults (chosen by measured accuracy and speed; README "Default models").
 DEFAULT_GENERATOR = "qwen2.5-coder-0.5b-instruct"
-DEFAULT_VERIFIER = "qwen2.5-coder-0.5b-instruct"
+#: The verifier: the OVM head trained on the default generator's own rollouts (`fasttts prm
+#: train`); on 7 GSM8K test problems x 8 samples it ranked correct above incorrect completions
+#: 0.62 of pairs vs the zero-shot judge's 0.45, at less verifier time (docs/verifiers.md).
+DEFAULT_VERIFIER = "qwen2.5-coder-0.5b-instruct-ovm"
 #: The simulator's defaults: the FastTTS paper's 1.5B generator + 7B PRM pair (model specs).
 SIM_GENERATOR = "qwen2.5-math-1.5b"
 SIM_VERIFIER = "math-shepherd-7b"

@@ -37,7 +37,7 @@ def generator():
 def judge():
     from fasttts.verifiers.judge import JudgeVerifier
 
-    ver = JudgeVerifier(EngineConfig(model=DEFAULT_VERIFIER, kv_cache_memory_bytes=256 * MiB,
+    ver = JudgeVerifier(EngineConfig(model=DEFAULT_GENERATOR, kv_cache_memory_bytes=256 * MiB,
                                      max_model_len=2048), batch_size=8)
     yield ver
     ver.close()
