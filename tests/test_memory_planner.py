@@ -147,14 +147,16 @@ def test_real_plan_leaves_each_engine_one_max_length_sequence():
     # generator 46 MiB, less than one 4096-token sequence plus vLLM's reserved block
     # (49.5 MiB at 12 KiB per token), which vLLM refuses to build
     from fasttts.backends.vllm_engine import min_kv_cache_tokens
-    from fasttts.config import (DEFAULT_GENERATOR, DEFAULT_VERIFIER, EngineConfig, RunConfig,
-                                RuntimeConfig, SearchConfig, VerifierConfig)
+    from fasttts.config import (DEFAULT_GENERATOR, EngineConfig, RunConfig, RuntimeConfig,
+                                SearchConfig, VerifierConfig)
     from fasttts.engines.real import plan_real_engines
     from fasttts.perf.specs import find_model_spec
 
-    eng = dict(kv_cache_memory_bytes=64 << 20, max_model_len=4096, block_size=128)
+    # bf16 (12 KiB per token) and the judge on the generator's model, as the numbers above say
+    eng = dict(kv_cache_memory_bytes=64 << 20, max_model_len=4096, block_size=128,
+               dtype="bfloat16")
     cfg = RunConfig(generator=EngineConfig(model=DEFAULT_GENERATOR, **eng),
-                    verifier=VerifierConfig(engine=EngineConfig(model=DEFAULT_VERIFIER, **eng)),
+                    verifier=VerifierConfig(engine=EngineConfig(model=DEFAULT_GENERATOR, **eng)),
                     search=SearchConfig(n=32, beam_width=4, max_tokens=1024),
                     runtime=RuntimeConfig(memory_planner=True))
     planned, plan = plan_real_engines(cfg, "cpu-epyc-1thread")

@@ -200,26 +200,30 @@ def test_fasttts_replans_real_engines_between_problems():
     # sequences (49.9 MiB) and the generator the rest. With replan_min_shift 0 both engines
     # are rebuilt with the new split, and the caps follow (B_pre = B_dec = 16)
     from fasttts.api import FastTTS
+    from fasttts.backends.vllm_engine import resolve_dtype
     from fasttts.config import RunConfig
+
+    kv = 64 * MiB * (2 if resolve_dtype("auto") == "float32" else 1)  # the same tokens in fp32
 
     cfg = RunConfig.model_validate({
         "runtime": {"memory_planner": True, "replan_min_shift": 0.0},
         "search": {"n": 2, "beam_width": 2, "max_tokens": 64, "num_iterations": 2},
-        "generator": {"model": DEFAULT_GENERATOR, "kv_cache_memory_bytes": 64 * MiB,
+        "generator": {"model": DEFAULT_GENERATOR, "kv_cache_memory_bytes": kv,
                       "max_model_len": 2048},
-        "verifier": {"engine": {"model": DEFAULT_VERIFIER, "kv_cache_memory_bytes": 64 * MiB,
+        # the judge on the generator's own model: the split below assumes one model spec
+        "verifier": {"engine": {"model": DEFAULT_GENERATOR, "kv_cache_memory_bytes": kv,
                                 "max_model_len": 2048}}})
     with FastTTS(cfg) as tts:
         assert (tts.plan.b_pre, tts.plan.b_dec) == (2, 2)
         first = tts.generator
         tts.solve(PROBLEM.problem, PROBLEM.id)
         assert tts.replans == []
-        assert tts.config.verifier.engine.kv_cache_memory_bytes == 64 * MiB
+        assert tts.config.verifier.engine.kv_cache_memory_bytes == kv
         result = tts.solve(PROBLEM.problem, PROBLEM.id,
                            search=cfg.search.model_copy(update={"n": 16, "method": "best_of_n"}))
         change = tts.replans[-1]
         assert change.resplit and (change.plan.b_pre, change.plan.b_dec) == (16, 16)
-        assert change.verifier_kv_bytes < 64 * MiB < change.generator_kv_bytes
+        assert change.verifier_kv_bytes < kv < change.generator_kv_bytes
         assert tts.generator is not first
         assert tts.config.generator.kv_cache_memory_bytes == change.generator_kv_bytes
         assert tts.config.verifier.engine.kv_cache_memory_bytes == change.verifier_kv_bytes

@@ -8,7 +8,7 @@ KV memory the two engines were given.
 
 from __future__ import annotations
 
-from fasttts.backends.vllm_engine import min_kv_cache_tokens
+from fasttts.backends.vllm_engine import min_kv_cache_tokens, resolve_dtype
 from fasttts.config import EngineConfig, RunConfig
 from fasttts.models import DERIVED_MODELS
 from fasttts.perf.specs import ModelSpec, find_model_spec, load_hardware
@@ -55,15 +55,29 @@ def real_model_specs(cfg: RunConfig) -> tuple[ModelSpec, ModelSpec]:
         PlanError: a model without a spec.
     """
     specs = []
-    for model in (cfg.generator.model, cfg.verifier.engine.model):
+    for engine in (cfg.generator, cfg.verifier.engine):
+        model = engine.model
         spec = find_model_spec(model) or derived_model_spec(model)
         if spec is None:
             raise PlanError(f"the memory planner has no model spec for {model!r}; add a JSON "
                             f"spec to fasttts/perf/specs/models/ or turn the planner off "
                             f"(--fasttts turns it on: give --spec-beam-extension "
                             f"--lookahead-verification --prefix-aware-scheduling instead)")
-        specs.append(spec)
+        specs.append(_with_engine_dtype(spec, engine))
     return specs[0], specs[1]
+
+
+#: Bytes per weight and KV element of the dtypes an engine may run in.
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def _with_engine_dtype(spec: ModelSpec, engine: EngineConfig) -> ModelSpec:
+    """`spec` with the bytes per element of the dtype `engine` really runs in
+    (`resolve_dtype`: float32 on CPUs without bf16 doubles the KV bytes per token)."""
+    dtype = resolve_dtype(engine.dtype)
+    if dtype not in _DTYPE_BYTES or _DTYPE_BYTES[dtype] == spec.dtype_bytes:
+        return spec
+    return spec.model_copy(update={"dtype_bytes": _DTYPE_BYTES[dtype]})
 
 
 def plan_real_engines(cfg: RunConfig, hardware: str) -> tuple[RunConfig, MemoryPlan]:
