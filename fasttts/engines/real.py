@@ -11,7 +11,7 @@ from __future__ import annotations
 from fasttts.backends.vllm_engine import min_kv_cache_tokens, resolve_dtype
 from fasttts.config import EngineConfig, RunConfig
 from fasttts.models import DERIVED_MODELS
-from fasttts.perf.specs import ModelSpec, find_model_spec, load_hardware
+from fasttts.perf.specs import DTYPE_BYTES, ModelSpec, find_model_spec, load_hardware
 from fasttts.runtime.memory_planner import MemoryPlan, PlanError, plan_for_run
 from fasttts.runtime.replan import Replanner
 
@@ -23,14 +23,22 @@ __all__ = ["apply_real_plan", "derived_model_spec", "engine_slots", "plan_real_e
 DEFAULT_ENGINE_SLOTS = 256
 
 
+#: The CPU calibration (`benchmarks/calibrate_cpu.py fit`) of each dtype the CPU build runs
+#: in: float32 fitted on this project's 2-core AVX2 machine with 2 engine threads; bfloat16 on
+#: an earlier AVX-512 host with 1 engine thread.
+CPU_CALIBRATIONS = {"float32": "cpu-epyc-fp32", "bfloat16": "cpu-epyc-1thread"}
+
+
 def planner_hardware(config: RunConfig) -> str:
-    """The hardware spec the memory planner uses for real engines: the CPU calibration on the
-    CPU build of vLLM, else the configured device (`--hardware`)."""
+    """The hardware spec the memory planner uses for real engines: on the CPU build of vLLM the
+    CPU calibration of the dtype the generator runs in (`CPU_CALIBRATIONS`), else the
+    configured device (`--hardware`)."""
     try:
         from vllm.platforms import current_platform  # vLLM is optional and slow to import
 
         if current_platform.is_cpu():
-            return "cpu-epyc-1thread"
+            dtype = resolve_dtype(config.generator.dtype)
+            return CPU_CALIBRATIONS.get(dtype, CPU_CALIBRATIONS["float32"])
     except ImportError:
         pass
     return config.sim.hardware
@@ -67,17 +75,13 @@ def real_model_specs(cfg: RunConfig) -> tuple[ModelSpec, ModelSpec]:
     return specs[0], specs[1]
 
 
-#: Bytes per weight and KV element of the dtypes an engine may run in.
-_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
-
 def _with_engine_dtype(spec: ModelSpec, engine: EngineConfig) -> ModelSpec:
     """`spec` with the bytes per element of the dtype `engine` really runs in
     (`resolve_dtype`: float32 on CPUs without bf16 doubles the KV bytes per token)."""
     dtype = resolve_dtype(engine.dtype)
-    if dtype not in _DTYPE_BYTES or _DTYPE_BYTES[dtype] == spec.dtype_bytes:
+    if dtype not in DTYPE_BYTES or DTYPE_BYTES[dtype] == spec.dtype_bytes:
         return spec
-    return spec.model_copy(update={"dtype_bytes": _DTYPE_BYTES[dtype]})
+    return spec.model_copy(update={"dtype_bytes": DTYPE_BYTES[dtype]})
 
 
 def plan_real_engines(cfg: RunConfig, hardware: str) -> tuple[RunConfig, MemoryPlan]:

@@ -17,7 +17,7 @@ from fasttts.backends.sim.generator import SimGenerator
 from fasttts.backends.sim.verifier import SimVerifier
 from fasttts.backends.sim.workload import Workload, WorkloadModel
 from fasttts.config import RunConfig, SimConfig
-from fasttts.perf.specs import HardwareSpec, ModelSpec, load_hardware, load_model
+from fasttts.perf.specs import HardwareSpec, ModelSpec, load_hardware, load_model, priced_on
 
 __all__ = ["MemorySplit", "SimDevice", "SimGenerator", "SimSizes", "SimVerifier", "Workload",
            "WorkloadModel", "build_sim", "resize_sim", "sim_device", "static_split"]
@@ -124,7 +124,8 @@ def sim_device(cfg: RunConfig) -> SimDevice:
             f"the workload model, in no scoring format; drop --verifier-kind or use --backend "
             f"vllm")
     hw = load_hardware(cfg.sim.hardware)
-    gen, ver = load_model(cfg.generator.model), load_model(cfg.verifier.engine.model)
+    gen = priced_on(load_model(cfg.generator.model), hw)
+    ver = priced_on(load_model(cfg.verifier.engine.model), hw)
     return SimDevice(hw, gen, ver, static_split(hw, gen, ver, cfg.sim))
 
 

@@ -12,10 +12,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["HardwareSpec", "ModelSpec", "SpecError", "find_model_spec", "hardware_names",
-           "load_hardware", "load_model", "model_names"]
+__all__ = ["DTYPE_BYTES", "HardwareSpec", "ModelSpec", "SpecError", "find_model_spec", "hardware_names",
+           "load_hardware", "load_model", "model_names", "priced_on"]
 
 _DIR = Path(__file__).parent
+
+#: Bytes per weight and KV element of the dtypes an engine may run in.
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 class SpecError(ValueError):
@@ -39,6 +42,9 @@ class HardwareSpec(BaseModel):
             max(compute, memory) (GPUs); 0 adds them (a CPU core that waits on memory).
         host_bandwidth: achievable device <-> host copy bandwidth (bytes/s) for offloading a KV
             cache to CPU memory; None where the device memory is host memory (CPUs).
+        dtype_bytes: bytes per weight and KV element that engines run at on this device when
+            it differs from the model specs' own (a CPU without bf16 instructions runs
+            float32: 4); None = each model spec's `dtype_bytes` (`priced_on`).
         source: where the numbers come from.
     """
 
@@ -54,6 +60,7 @@ class HardwareSpec(BaseModel):
     seq_overhead_s: float = Field(default=0.0, ge=0)
     overlap: float = Field(default=1.0, ge=0, le=1)
     host_bandwidth: float | None = Field(default=None, gt=0)
+    dtype_bytes: int | None = Field(default=None, gt=0)
     source: str
 
     @property
@@ -127,6 +134,14 @@ class ModelSpec(BaseModel):
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one token occupies: 2 (K and V) x layers x KV heads x head_dim x dtype."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+
+
+def priced_on(model: ModelSpec, hw: HardwareSpec) -> ModelSpec:
+    """`model` with the bytes per element engines run it at on `hw` (`HardwareSpec.dtype_bytes`;
+    unchanged where the device runs the model's own dtype)."""
+    if hw.dtype_bytes is None or hw.dtype_bytes == model.dtype_bytes:
+        return model
+    return model.model_copy(update={"dtype_bytes": hw.dtype_bytes})
 
 
 def _load(kind: str, name_or_path: str, cls):
