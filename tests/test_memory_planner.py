@@ -193,7 +193,7 @@ def reuse_time(inp, ver_bytes, gen_bytes):
 
 def _reuse_inp(mem, n, method="beam_search", beam_width=4, s=1024, **extra):
     from fasttts.config import SearchConfig
-    from fasttts.runtime.memory_planner import search_shape
+    from fasttts.runtime.plan_workload import search_shape
 
     return PlanInput(memory_bytes=mem, generator=load_model("qwen2.5-math-1.5b"),
                      verifier=load_model("math-shepherd-7b"), hardware=load_hardware("rtx4090"),
@@ -244,7 +244,7 @@ def test_reuse_planner_equals_brute_force(mem_gib, n, method):
 
 def test_tree_size_and_recompute_by_hand():
     from fasttts.config import SearchConfig
-    from fasttts.runtime.memory_planner import search_shape
+    from fasttts.runtime.plan_workload import search_shape
 
     def inp(method, **kw):
         return PlanInput(memory_bytes=GiB, generator=load_model("qwen2.5-math-1.5b"),

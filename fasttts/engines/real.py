@@ -8,11 +8,14 @@ KV memory the two engines were given.
 
 from __future__ import annotations
 
+import logging
+
 from fasttts.backends.vllm_engine import min_kv_cache_tokens, resolve_dtype
 from fasttts.config import EngineConfig, RunConfig
 from fasttts.models import DERIVED_MODELS
 from fasttts.perf.specs import ModelSpec, find_model_spec, load_hardware
-from fasttts.runtime.memory_planner import MemoryPlan, PlanError, plan_for_run
+from fasttts.runtime.memory_planner import MemoryPlan, PlanError
+from fasttts.runtime.plan_workload import plan_for_run
 from fasttts.runtime.replan import Replanner
 
 __all__ = ["apply_real_plan", "derived_model_spec", "engine_slots", "plan_real_engines", "planner_hardware",
@@ -23,14 +26,25 @@ __all__ = ["apply_real_plan", "derived_model_spec", "engine_slots", "plan_real_e
 DEFAULT_ENGINE_SLOTS = 256
 
 
+_log = logging.getLogger(__name__)
+
+#: The hardware spec the planner prices real engines on on the CPU build of vLLM.
+CPU_HARDWARE = "cpu-epyc-1thread"
+
+
 def planner_hardware(config: RunConfig) -> str:
-    """The hardware spec the memory planner uses for real engines: the CPU calibration on the
-    CPU build of vLLM, else the configured device (`--hardware`)."""
+    """The hardware spec the memory planner uses for real engines: the CPU calibration
+    (`CPU_HARDWARE`) on the CPU build of vLLM, where a --hardware given is logged as unused,
+    else the configured device (`--hardware`)."""
     try:
         from vllm.platforms import current_platform  # vLLM is optional and slow to import
 
         if current_platform.is_cpu():
-            return "cpu-epyc-1thread"
+            if "hardware" in config.sim.model_fields_set:
+                _log.warning("--hardware %s is not used on the CPU build of vLLM: the memory "
+                             "planner prices the engines on %s", config.sim.hardware,
+                             CPU_HARDWARE)
+            return CPU_HARDWARE
     except ImportError:
         pass
     return config.sim.hardware
