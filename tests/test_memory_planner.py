@@ -312,7 +312,7 @@ def test_offload_pays_its_transfers_every_iteration():
     inp = _reuse_inp(int(4.23 * GiB), 512)
     plan = plan_memory(inp)
     assert not plan.offload
-    from fasttts.runtime.memory_planner import _offload
-    off = _offload(inp)
+    from fasttts.runtime.memory_planner import offload_plan
+    off = offload_plan(inp)
     assert off.t_offload == pytest.approx(16 * 4 * inp.memory_bytes / 25e9)
     assert off.t_total > plan.t_total

@@ -59,8 +59,9 @@ from dataclasses import dataclass
 from fasttts.perf.roofline import StepShape, step_time
 from fasttts.perf.specs import HardwareSpec, ModelSpec
 
-__all__ = ["PLAN_STEP_LEN", "MemoryPlan", "PlanError", "PlanInput", "iteration_time",
-           "plan_memory", "plan_within", "static_plan"]
+__all__ = ["PLAN_STEP_LEN", "MemoryPlan", "ModelSide", "PlanError", "PlanInput",
+           "iteration_time", "model_sides", "offload_plan", "plan_memory", "plan_within",
+           "static_plan"]
 
 
 class PlanError(ValueError):
@@ -237,8 +238,16 @@ def iteration_time(inp: PlanInput, b_pre: int, b_dec: int) -> tuple[float, float
     return math.ceil(n / b_pre) * pre, math.ceil(n / b_dec) * inp.decode_len * dec
 
 
-class _Model:
-    """One model's side of the plan: its batch needs and its reuse term."""
+class ModelSide:
+    """One model's side of the plan: its batch needs and its reuse term.
+
+    Attributes:
+        per_seq: KV bytes of one sequence (shared prefix split, `PlanInput.kv_ver` / `kv_gen`).
+        floor: bytes its KV cache takes however small its batch (`PlanInput.verifier_floor`).
+        reuse: its cache is read across iterations (the verifier: `verifier_reuse`).
+        tree: bytes of one iteration's search tree W in its KV (bytes).
+        full: R, its prefix recompute over the search when nothing is kept (s; 0 for one pass).
+    """
 
     def __init__(self, inp: PlanInput, model: ModelSpec, per_seq: int, floor: int,
                  length: int, reuse: bool = True):
@@ -275,13 +284,14 @@ class _Model:
         return min(limit, room // self.per_seq)
 
 
-def _models(inp: PlanInput) -> tuple[_Model, _Model]:
-    return (_Model(inp, inp.verifier, inp.kv_ver, inp.verifier_floor, inp.verifier_len,
-                   inp.verifier_reuse),
-            _Model(inp, inp.generator, inp.kv_gen, inp.generator_floor, inp.verifier_len))
+def model_sides(inp: PlanInput) -> tuple[ModelSide, ModelSide]:
+    """The (verifier, generator) sides of the plan of `inp`."""
+    return (ModelSide(inp, inp.verifier, inp.kv_ver, inp.verifier_floor, inp.verifier_len,
+                      inp.verifier_reuse),
+            ModelSide(inp, inp.generator, inp.kv_gen, inp.generator_floor, inp.verifier_len))
 
 
-def _split_left(ver: _Model, gen: _Model):
+def _split_left(ver: ModelSide, gen: ModelSide):
     """The function (verifier need, generator need, left) -> KV sizes (verifier, generator)
     that gives the `left` bytes beyond the batches' needs first to the cache that saves more
     recompute time per byte (R / W; ties to the generator), each up to its tree, and what
@@ -323,7 +333,7 @@ def _batches(n: int, cap: int) -> list[int]:
 def _plan(inp: PlanInput, b_pre: int, b_dec: int, kind: str, ver_bytes: int, gen_bytes: int,
           overhead: float = 0.0) -> MemoryPlan:
     tv, tg = iteration_time(inp, b_pre, b_dec)
-    ver, gen = _models(inp)
+    ver, gen = model_sides(inp)
     tr = ver.recompute(ver_bytes) + gen.recompute(gen_bytes)
     return MemoryPlan(b_pre, b_dec, ver_bytes, gen_bytes, kind == "offload",
                       tv + tg + tr + overhead, tv, tg, overhead, kind, tr, inp.iterations)
@@ -335,7 +345,7 @@ def _coupled(inp: PlanInput) -> MemoryPlan | None:
     smallest batch of each batch count is tried (`_batches`), then, for B_dec, larger ones of
     that count as long as they tie (ties go to the larger B_dec)."""
     n, m = inp.num_requests, inp.memory_bytes
-    ver, gen = _models(inp)
+    ver, gen = model_sides(inp)
     cap_pre = ver.cap(m - gen.need(1), n)
     if cap_pre < 1:
         return None
@@ -389,7 +399,7 @@ def _fastest(count: int, cost) -> int:
 
 def plan_within(inp: PlanInput, generator_bytes: int, verifier_bytes: int) -> MemoryPlan | None:
     """The fastest batch caps for a KV split that stays as it is (re-planning without resizing
-    the engines): each batch as large as its cache holds (`_Model.cap`, at most N). The two
+    the engines): each batch as large as its cache holds (`ModelSide.cap`, at most N). The two
     terms of T_tot then depend on one batch each and the reuse term on neither, so each is
     minimised on its own (ties to the larger batch). Kind "fixed".
 
@@ -397,7 +407,7 @@ def plan_within(inp: PlanInput, generator_bytes: int, verifier_bytes: int) -> Me
         The plan, or None when a share cannot hold one sequence.
     """
     n = inp.num_requests
-    ver, gen = _models(inp)
+    ver, gen = model_sides(inp)
     cap_pre = ver.cap(verifier_bytes, n)
     cap_dec = gen.cap(generator_bytes, n)
     if cap_pre < 1 or cap_dec < 1:
@@ -407,9 +417,13 @@ def plan_within(inp: PlanInput, generator_bytes: int, verifier_bytes: int) -> Me
     return _plan(inp, b_pre, b_dec, "fixed", verifier_bytes, generator_bytes)
 
 
-def _offload(inp: PlanInput) -> MemoryPlan | None:
+def offload_plan(inp: PlanInput) -> MemoryPlan | None:
+    """The offload plan (section 4.3.2): each model alone may use all of M while it runs,
+    each batch as large as M holds, at 4 M / host bandwidth per iteration of transfers. None
+    when the device has no host link (its memory is host memory) or M cannot hold one
+    sequence of each model."""
     bw, m = inp.hardware.host_bandwidth, inp.memory_bytes
-    ver, gen = _models(inp)
+    ver, gen = model_sides(inp)
     b_pre = ver.cap(m, inp.num_requests)
     b_dec = gen.cap(m, inp.num_requests)
     if bw is None or b_pre < 1 or b_dec < 1:
@@ -428,7 +442,7 @@ def plan_memory(inp: PlanInput, allow_offload: bool = True) -> MemoryPlan:
         PlanError: no plan fits (the message gives the per-sequence sizes and the budget).
     """
     coupled = _coupled(inp)
-    offload = _offload(inp) if allow_offload else None
+    offload = offload_plan(inp) if allow_offload else None
     plans = [p for p in (coupled, offload) if p is not None]
     if not plans:
         why = (" and offloading does not apply (the device has no host link)"
@@ -451,7 +465,7 @@ def static_plan(inp: PlanInput, generator_share: float = 0.5) -> MemoryPlan:
         PlanError: a share cannot hold one sequence.
     """
     gen_bytes = int(inp.memory_bytes * generator_share)
-    ver, gen = _models(inp)
+    ver, gen = model_sides(inp)
     b_dec = gen.cap(gen_bytes, inp.num_requests)
     b_pre = ver.cap(inp.memory_bytes - gen_bytes, inp.num_requests)
     if b_pre < 1 or b_dec < 1:
