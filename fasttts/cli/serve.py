@@ -14,6 +14,11 @@ from fasttts.cli.sizes import parse_size
 
 __all__ = ["add_parser", "server_limits"]
 
+#: The `ServerLimits` fields with a flag (the served names are --served-model-name), and the
+#: flags whose names differ from their fields'.
+_LIMIT_FLAGS = ("max_n", "max_tokens", "max_prompt_chars", "max_body_bytes")
+_LIMIT_NAMES = {"max_tokens": "--max-tokens-limit", "max_body_bytes": "--max-request-bytes"}
+
 
 def add_parser(sub, parents: list) -> None:
     """Add `serve` to the CLI's subcommands (`sub`, from `add_subparsers`)."""
@@ -26,7 +31,10 @@ def add_parser(sub, parents: list) -> None:
 
 def _add_serve_options(p: argparse.ArgumentParser) -> None:
     """The options of `fasttts serve` beyond the run's: address, auth, served names, request
-    limits, admission, shutdown and vLLM parallelism."""
+    limits (generated from `ServerLimits`), admission, shutdown and vLLM parallelism."""
+    from fasttts.options import add_flags
+    from fasttts.serve.protocol import ServerLimits
+
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default: %(default)s, this machine only)")
     p.add_argument("--port", type=int, default=8000)
@@ -35,14 +43,11 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
                    help="the model names clients may send, as vLLM's flag; responses name the "
                         "requested one (default: the --generator name)")
-    p.add_argument("--max-n", type=int, default=64, help="most paths per request (tts.n)")
-    p.add_argument("--max-tokens-limit", type=int, default=4096,
-                   help="most tokens per path a request may ask for")
-    p.add_argument("--max-prompt-chars", type=int, default=8000,
-                   help="most characters of a problem and its system prompt together")
-    p.add_argument("--max-request-bytes", type=parse_size, default="1MiB", metavar="SIZE",
-                   help="most bytes of a request body; larger ones get 413 before they are "
-                        "read or parsed (default: %(default)s)")
+    add_flags(p, ServerLimits, _LIMIT_FLAGS, flags=_LIMIT_NAMES,
+              dests={name: flag[2:].replace("-", "_") for name, flag in _LIMIT_NAMES.items()},
+              types={"max_body_bytes": parse_size}, metavars={"max_body_bytes": "SIZE"},
+              shown={"max_body_bytes": "1MiB"},
+              prefixes=dict.fromkeys(_LIMIT_FLAGS, "request limit: "))
     p.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="on SIGTERM / Ctrl-C, seconds in-flight requests may finish before "
                         "they are cancelled (default: %(default)s)")

@@ -156,6 +156,7 @@ class PlanInput:
 
     @property
     def s_cache(self) -> int:
+        """S_cache: the mean cached length while decoding (tokens), `cache_len` or S_dec / 2."""
         return self.cache_len if self.cache_len is not None else self.decode_len // 2
 
     @property
