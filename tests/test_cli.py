@@ -74,7 +74,9 @@ def test_corrupt_weights_are_one_clear_error(tmp_path, capsys):
                              "and to the memory planner"),
     (["--hardware", "h200"], "on the CPU build of vLLM, on its CPU calibration"),
     (["--memory-fraction", "0.5", "--sim-workload", "w.json"],
-     "--memory-fraction, --sim-workload applies to --backend sim"),
+     "--memory-fraction, --sim-workload apply to --backend sim"),
+    (["--max-num-seqs", "8"], "--max-num-seqs applies to --backend sim (the simulated device) "
+                              "only; drop it with --backend vllm"),
 ])
 def test_simulated_device_flags_are_an_error_with_real_engines(argv, message, capsys):
     assert main(["solve", "x", "--backend", "vllm", *argv]) == 2

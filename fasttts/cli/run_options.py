@@ -169,8 +169,10 @@ def _sim_config(args: argparse.Namespace, runtime):
     other = [flag_name(n).replace("--workload", "--sim-workload") for n in given
              if n != "hardware"]
     if other:
-        raise ValueError(f"{', '.join(other)} applies to --backend sim (the simulated device) "
-                         f"only; drop it with --backend vllm, or add --backend sim")
+        raise ValueError(f"{', '.join(other)} {'apply' if len(other) > 1 else 'applies'} to "
+                         f"--backend sim (the simulated device) only; drop "
+                         f"{'them' if len(other) > 1 else 'it'} with --backend vllm, or add "
+                         f"--backend sim")
     return SimConfig(**given)
 
 
