@@ -40,7 +40,7 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     from fasttts.perf.specs import hardware_names, model_names
     from fasttts.runtime.memory_planner import PlanInput
 
-    add_flags(p, SimConfig, ["hardware"], notes={"hardware": f": {', '.join(hardware_names())}"})
+    add_flags(p, SimConfig, ["hardware"], notes={"hardware": f"; the specs: {', '.join(hardware_names())}"})
     p.add_argument("--generator", default=SIM_GENERATOR,
                    help=f"generator model spec: {', '.join(model_names())}, or a .json file "
                         f"(default: %(default)s)")

@@ -37,11 +37,13 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     add_flags(g, VerifierConfig, ["kind"], flags={"kind": "--verifier-kind"},
               dests={"kind": "verifier_kind"})
     kv = "kv_cache_memory_bytes"
+    kv_gib = EngineConfig.model_fields[kv].default / (1 << 30)
     for role in ("generator", "verifier"):
         add_flags(g, EngineConfig, [kv], given_only=[kv], flags={kv: f"--{role}-kv-cache"},
                   dests={kv: f"{role}_kv_cache"}, types={kv: parse_size},
                   metavars={kv: "SIZE"}, prefixes={kv: f"the {role}'s "}, shown={kv: None},
-                  notes={kv: " (default: 1GiB; with --backend sim: the static split)"})
+                  notes={kv: f" (default: {kv_gib:g}GiB; with --backend sim: the static "
+                             f"split)"})
     add_flags(g, EngineConfig, _ENGINE_FLAGS, given_only=["num_threads"],
               flags={"num_threads": "--threads"}, metavars={"num_threads": "THREADS"},
               notes={"block_size": f"; {SimConfig.model_fields['block_size'].default} with "
@@ -184,7 +186,7 @@ def run_config(args: argparse.Namespace):
             flag with real engines (`_sim_config`).
         pydantic.ValidationError: a value out of range, a method rule broken.
     """
-    from fasttts.config import (DEFAULT_GENERATOR, DEFAULT_VERIFIER, GiB, SIM_GENERATOR,
+    from fasttts.config import (DEFAULT_GENERATOR, DEFAULT_VERIFIER, SIM_GENERATOR,
                                 SIM_VERIFIER, EngineConfig, RunConfig, SearchConfig,
                                 VerifierConfig)
     from fasttts.options import flag_values
@@ -196,7 +198,8 @@ def run_config(args: argparse.Namespace):
     shared = flag_values(args, _ENGINE_FLAGS, ["num_threads"]) | {"seed": args.seed}
 
     def engine(model: str, kv: int | None) -> EngineConfig:
-        return EngineConfig(model=model, kv_cache_memory_bytes=kv or GiB, **shared)
+        size = {"kv_cache_memory_bytes": kv} if kv else {}  # else the config's default
+        return EngineConfig(model=model, **size, **shared)
 
     runtime = runtime_config(args)
     search = [name for model, name in _search_flags() if model is SearchConfig]
