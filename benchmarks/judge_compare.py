@@ -12,34 +12,34 @@ import sys
 from pathlib import Path
 
 from fasttts.eval.grading import is_equivalent
+from fasttts.eval.ranking import pairwise_accuracy
 
 
 def load(folder: str) -> dict[str, dict]:
+    """The records of a run folder's results.jsonl, by problem id."""
     return {r["id"]: r for r in map(json.loads, open(Path(folder) / "results.jsonl"))}
 
 
 def stats(records: list[dict]) -> dict:
-    pairs = wins = 0
-    for r in records:
-        ok = [c["score"] for c in r["completions"] if is_equivalent(c["answer"], r["gold"])]
-        bad = [c["score"] for c in r["completions"] if not is_equivalent(c["answer"], r["gold"])]
-        for g in ok:
-            for b in bad:
-                pairs += 1
-                wins += 1.0 if g > b else 0.5 if g == b else 0.0
+    """Accuracy of each answer rule, pairwise ranking accuracy (`fasttts.eval.ranking`; None
+    without a pair) and its number of pairs, and mean verifier seconds, over `records`."""
+    ranking, pairs = pairwise_accuracy(
+        [([c["score"] for c in r["completions"]],
+          [is_equivalent(c["answer"], r["gold"]) for c in r["completions"]]) for r in records])
     n = len(records)
     return {
         "problems": n,
         "best": sum(r["correct"]["best"] for r in records) / n,
         "weighted": sum(r["correct"]["weighted"] for r in records) / n,
         "majority": sum(r["correct"]["majority"] for r in records) / n,
-        "pairwise_ranking": wins / pairs if pairs else None,
+        "pairwise_ranking": ranking if pairs else None,
         "pairs": pairs,
         "verifier_s": sum(r["verifier_time_s"] for r in records) / n,
     }
 
 
 def main(a: str, b: str) -> None:
+    """Print the `stats` of runs `a` and `b` over the problems both have."""
     ra, rb = load(a), load(b)
     common = sorted(set(ra) & set(rb))
     for name, runs in ((a, ra), (b, rb)):

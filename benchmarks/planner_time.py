@@ -16,7 +16,8 @@ import time
 
 from fasttts.config import SearchConfig
 from fasttts.perf.specs import load_hardware, load_model
-from fasttts.runtime.memory_planner import PlanInput, plan_memory, search_shape
+from fasttts.runtime.memory_planner import PlanInput, plan_memory
+from fasttts.runtime.plan_workload import search_shape
 
 
 def main() -> None:

@@ -173,7 +173,16 @@ def _plot(out: Path, n: int, traces: dict[str, list], clock: str) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
+#: The fields of a problem record (`fasttts.eval.metrics.problem_record`) a run's row keeps.
+_ROW_FIELDS = ("id", "clock", "latency_s", "generator_time_s", "verifier_time_s",
+               "precise_goodput_tok_s", "tokens_generated", "batch_occupancy", "spec",
+               "num_preemptions", "search_tree_tokens", "correct", "mean_tokens_per_beam",
+               "verifier_prefix_cache_hit_rate", "verifier_prompt_tokens", "prompt_tokens")
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The benchmark's flags: backend and models, dataset, method, the n and configurations
+    compared, KV memory, seed and output folder."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", choices=("vllm", "sim"), default="sim")
     p.add_argument("--hardware", default="rtx4090")
@@ -196,18 +205,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit-spec", default="qwen2.5-coder-0.5b-instruct",
                    help="real backend: model spec for the limit of a model without one")
     p.add_argument("--out", required=True)
-    args = p.parse_args(argv)
-    from fasttts.backends.sim.workload import problem_difficulty
+    return p.parse_args(argv)
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    log = out / "runs.jsonl"
+
+def _done_runs(log: Path) -> dict[tuple[str, int, str], dict]:
+    """The rows already in `log` (runs.jsonl), by (problem id, n, configuration)."""
     done = {}
     if log.exists():
         for line in log.read_text().splitlines():
             if line.strip():
                 r = json.loads(line)
                 done[(r["id"], r["n"], r["config"])] = r
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every (n, configuration, problem) not yet in the output folder's runs.jsonl,
+    rotating the configurations' order per problem; plot the occupancy traces and print the
+    summary."""
+    args = _parse_args(argv)
+    from fasttts.backends.sim.workload import problem_difficulty
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "runs.jsonl"
+    done = _done_runs(log)
     problems = load_dataset(args.dataset, limit=args.limit, offset=args.offset)
     ns = [int(x) for x in args.ns.split(",")]
     names = args.configs.split(",")
@@ -236,13 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                     if key in done:
                         continue
                     rec = problem_record(res, prob.answer, prob.problem)
-                    row = {k: rec[k] for k in ("id", "clock", "latency_s", "generator_time_s",
-                                               "verifier_time_s", "precise_goodput_tok_s",
-                                               "tokens_generated", "batch_occupancy", "spec",
-                                               "num_preemptions", "search_tree_tokens",
-                                               "correct", "mean_tokens_per_beam",
-                                               "verifier_prefix_cache_hit_rate",
-                                               "verifier_prompt_tokens", "prompt_tokens")}
+                    row = {k: rec[k] for k in _ROW_FIELDS}
                     row.update(n=n, config=name, wall_s=wall, limit_s=_limit(cfg, rec, args))
                     with open(log, "a") as f:
                         f.write(json.dumps(row) + "\n")

@@ -16,11 +16,14 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["AggStrategy", "EngineConfig", "RunConfig", "RuntimeConfig", "SearchConfig", "SimConfig",
+__all__ = ["AggStrategy", "VerifierKind", "EngineConfig", "RunConfig", "RuntimeConfig", "SearchConfig", "SimConfig",
            "VerifierConfig",
            "DEFAULT_GENERATOR", "DEFAULT_VERIFIER", "SIM_GENERATOR", "SIM_VERIFIER"]
 
 AggStrategy = Literal["last", "min", "prod", "mean"]
+#: The verifiers' scoring formats (`fasttts.verifiers.VERIFIER_KINDS`, one class each);
+#: `VerifierConfig.kind` also takes "auto" (from the model's name).
+VerifierKind = Literal["judge", "math-shepherd", "qwen-prm", "skywork", "ovm"]
 
 #: The embedded defaults (chosen by measured accuracy and speed; README "Default models").
 DEFAULT_GENERATOR = "qwen2.5-coder-0.5b-instruct"
@@ -113,7 +116,7 @@ class VerifierConfig(_Strict):
         batch_size: most scoring requests in flight at once (verifier batch, B_pre).
     """
 
-    kind: Literal["auto", "judge", "math-shepherd", "qwen-prm", "skywork", "ovm"] = "auto"
+    kind: Literal["auto", VerifierKind] = "auto"
     engine: EngineConfig = Field(default_factory=lambda: EngineConfig(model=DEFAULT_VERIFIER))
     agg_strategy: AggStrategy = "last"
     batch_size: int = Field(default=64, gt=0)

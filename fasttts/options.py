@@ -1,20 +1,22 @@
 """Options generated from the config models, so each is declared once, in `fasttts.config`.
 
 A field's type, default and range, and its line in the "Attributes:" section of its class's
-docstring, become a command-line flag (`add_flags`, `flag_values`, `flag_defaults`) or a field
-of a request model (`copied_fields`), as vLLM generates its CLI from the field docs of its
-config dataclasses (`get_attr_docs`). `describe_error` turns a config's `ValidationError` into
+docstring (a pydantic model's, or for flags also a dataclass's, e.g. the planner's
+`PlanInput`), become a command-line flag (`add_flags`, `flag_values`, `flag_defaults`) or a
+field of a request model (`copied_fields`), as vLLM generates its CLI from the field docs of
+its config dataclasses (`get_attr_docs`). `describe_error` turns a config's `ValidationError` into
 the one line the front ends report.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
 import re
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, Field, ValidationError
@@ -77,29 +79,53 @@ def _help(doc: str, *, prefix: str = "", note: str = "", default: Any = None) ->
     return text.replace("%", "%%")  # argparse formats help with %
 
 
-def add_flags(group, model: type[BaseModel], names: Iterable[str], *,
+#: A field without a default (required, or made by a default factory).
+_NO_DEFAULT = object()
+
+
+def _fields(model: type) -> dict[str, tuple[Any, Any]]:
+    """name -> (type, default or `_NO_DEFAULT`) of each field of a pydantic model or a
+    dataclass (whose string annotations are resolved)."""
+    if dataclasses.is_dataclass(model):
+        hints = typing.get_type_hints(model)
+        return {f.name: (hints[f.name], _NO_DEFAULT if f.default is dataclasses.MISSING
+                         else f.default) for f in dataclasses.fields(model)}
+    return {name: (info.annotation, _NO_DEFAULT if info.is_required() or info.default_factory
+                   else info.default) for name, info in model.model_fields.items()}
+
+
+def add_flags(group, model: type, names: Iterable[str], *,
               given_only: Iterable[str] = (), flags: Mapping[str, str] | None = None,
+              dests: Mapping[str, str] | None = None,
               metavars: Mapping[str, str] | None = None,
+              types: Mapping[str, Callable[[str], Any]] | None = None,
+              defaults: Mapping[str, Any] | None = None,
+              shown: Mapping[str, str | None] | None = None,
               prefixes: Mapping[str, str] | None = None,
               notes: Mapping[str, str] | None = None) -> None:
-    """Add one flag per field of `model` in `names` to `group` (an argparse parser or group).
+    """Add one flag per field of `model` (a pydantic model or a dataclass) in `names` to
+    `group` (an argparse parser or group).
 
-    The flag is `--field-name` (or `flags[name]`); its type, choices (a `Literal`) and default
-    are the field's, a `bool` field is a switch, and its help is the field's doc
-    (`attr_docs`) between `prefixes[name]` and `notes[name]`, with the default. A field in
-    `given_only` defaults to None on the command line, so it reaches the config only when
-    given (`flag_values`); its help still shows the config's default. Ranges are not checked
-    here: the config checks them when it is built.
+    The flag is `--field-name` (or `flags[name]`) into `args.<field>` (or `dests[name]`); its
+    type (or `types[name]`, e.g. a size parser), choices (a `Literal`) and default (or
+    `defaults[name]`) are the field's, a `bool` field is a switch, and its help is the field's
+    doc (`attr_docs`) between `prefixes[name]` and `notes[name]`, then the default (or
+    `shown[name]`; None shows none). A field in `given_only` defaults to None on the command
+    line, so it reaches the config only when given (`flag_values`); its help still shows the
+    config's default. Ranges are not checked here: the config checks them when it is built.
 
     Raises:
         KeyError: a name is not a field of `model`, or has no doc.
-        TypeError: a field type no flag is made for (only bool, int, float, str, Literal).
+        TypeError: a field type no flag is made for (only bool, int, float, str, Literal), or
+            a field without a default that is neither given-only nor in `defaults`.
     """
-    docs, given_only = attr_docs(model), set(given_only)
+    docs, fields, given_only = attr_docs(model), _fields(model), set(given_only)
     for name in names:
-        info = model.model_fields[name]
-        kind = _base_type(info.annotation)
-        kw: dict[str, Any] = {"dest": name}
+        annotation, default = fields[name]
+        if defaults and name in defaults:
+            default = defaults[name]
+        kind = _base_type(annotation)
+        kw: dict[str, Any] = {"dest": (dests or {}).get(name, name)}
         if metavars and name in metavars:
             kw["metavar"] = metavars[name]
         if kind is bool:
@@ -110,11 +136,18 @@ def add_flags(group, model: type[BaseModel], names: Iterable[str], *,
             kw.update(type=kind)
         elif kind is not str:
             raise TypeError(f"no command-line flag for {model.__name__}.{name}: {kind!r}")
+        if types and name in types:
+            kw["type"] = types[name]
+        if default is _NO_DEFAULT and name not in given_only:
+            raise TypeError(f"the flag of {model.__name__}.{name} needs a default: the field "
+                            f"has none; make it given-only or give one")
         if kind is not bool:
-            kw["default"] = None if name in given_only else info.default
-        shown = None if kind is bool else info.default
+            kw["default"] = None if name in given_only else default
+        text = None if kind is bool or default is _NO_DEFAULT else default
+        if shown and name in shown:
+            text = shown[name]
         kw["help"] = _help(docs[name], prefix=(prefixes or {}).get(name, ""),
-                           note=(notes or {}).get(name, ""), default=shown)
+                           note=(notes or {}).get(name, ""), default=text)
         group.add_argument((flags or {}).get(name, flag_name(name)), **kw)
 
 

@@ -67,3 +67,33 @@ def test_corrupt_weights_are_one_clear_error(tmp_path, capsys):
     assert main(["solve", "x", "--generator", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "error: vLLM could not load model" in err and "SafetensorError" in err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--hardware", "h200"], "--hardware h200 applies to --backend sim (the simulated device) "
+                             "and to the memory planner"),
+    (["--hardware", "h200"], "on the CPU build of vLLM, on its CPU calibration"),
+    (["--memory-fraction", "0.5", "--sim-workload", "w.json"],
+     "--memory-fraction, --sim-workload apply to --backend sim"),
+    (["--max-num-seqs", "8"], "--max-num-seqs applies to --backend sim (the simulated device) "
+                              "only; drop it with --backend vllm"),
+])
+def test_simulated_device_flags_are_an_error_with_real_engines(argv, message, capsys):
+    assert main(["solve", "x", "--backend", "vllm", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err
+
+
+def test_hardware_reaches_the_real_engines_planner():
+    """With the memory planner, --hardware is the GPU real engines are planned for
+    (`fasttts.engines.real.planner_hardware`); without the flag, the config's default."""
+    from fasttts.cli import _run_config, build_parser
+    from fasttts.config import SimConfig
+
+    def cfg(*argv):
+        return _run_config(build_parser().parse_args(["solve", "x", *argv]))
+
+    assert cfg("--memory-planner", "--hardware", "h200").sim.hardware == "h200"
+    assert cfg("--fasttts", "--hardware", "h200").sim.hardware == "h200"
+    assert cfg().sim == SimConfig()
+    assert cfg("--backend", "sim", "--hardware", "h200").sim.hardware == "h200"

@@ -85,7 +85,8 @@ def test_offload_is_charged_once_per_iteration():
 
 def test_planner_gives_a_whole_path_verifier_no_reuse():
     from fasttts.perf.specs import load_hardware, load_model
-    from fasttts.runtime.memory_planner import plan_input, plan_memory
+    from fasttts.runtime.memory_planner import plan_memory
+    from fasttts.runtime.plan_workload import plan_input
 
     gen, ver, hw = load_model("qwen2.5-math-1.5b"), load_model("math-shepherd-7b"), load_hardware("rtx4090")
     cfg = _cfg(n=64)

@@ -193,7 +193,7 @@ def reuse_time(inp, ver_bytes, gen_bytes):
 
 def _reuse_inp(mem, n, method="beam_search", beam_width=4, s=1024, **extra):
     from fasttts.config import SearchConfig
-    from fasttts.runtime.memory_planner import search_shape
+    from fasttts.runtime.plan_workload import search_shape
 
     return PlanInput(memory_bytes=mem, generator=load_model("qwen2.5-math-1.5b"),
                      verifier=load_model("math-shepherd-7b"), hardware=load_hardware("rtx4090"),
@@ -244,7 +244,7 @@ def test_reuse_planner_equals_brute_force(mem_gib, n, method):
 
 def test_tree_size_and_recompute_by_hand():
     from fasttts.config import SearchConfig
-    from fasttts.runtime.memory_planner import search_shape
+    from fasttts.runtime.plan_workload import search_shape
 
     def inp(method, **kw):
         return PlanInput(memory_bytes=GiB, generator=load_model("qwen2.5-math-1.5b"),
@@ -312,7 +312,7 @@ def test_offload_pays_its_transfers_every_iteration():
     inp = _reuse_inp(int(4.23 * GiB), 512)
     plan = plan_memory(inp)
     assert not plan.offload
-    from fasttts.runtime.memory_planner import _offload
-    off = _offload(inp)
+    from fasttts.runtime.memory_planner import offload_plan
+    off = offload_plan(inp)
     assert off.t_offload == pytest.approx(16 * 4 * inp.memory_bytes / 25e9)
     assert off.t_total > plan.t_total

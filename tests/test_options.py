@@ -59,6 +59,50 @@ def test_search_flags_come_from_search_config():
     assert actions["spec_truncation_ratio"].metavar == "R"
 
 
+@pytest.mark.parametrize("command", ["solve", "eval", "serve"])
+def test_model_and_engine_flags_come_from_their_configs(command):
+    from fasttts.verifiers import VERIFIER_KINDS
+
+    actions = _actions(command)
+    engine = config.EngineConfig.model_fields
+    for dest, flag, model, field in (
+            ("backend", "--backend", config.RunConfig, "backend"),
+            ("verifier_kind", "--verifier-kind", config.VerifierConfig, "kind"),
+            ("max_model_len", "--max-model-len", config.EngineConfig, "max_model_len"),
+            ("dtype", "--dtype", config.EngineConfig, "dtype"),
+            ("verifier_batch_size", "--verifier-batch-size", config.VerifierConfig,
+             "batch_size")):
+        action = actions[dest]
+        assert action.option_strings == [flag]
+        assert action.default == model.model_fields[field].default
+        first_words = " ".join(attr_docs(model)[field].replace("`", "").split()[:4])
+        assert first_words in " ".join(action.help.split())
+    assert actions["verifier_kind"].choices == ("auto", *VERIFIER_KINDS)
+    assert actions["backend"].choices == ("vllm", "sim")
+    assert actions["num_threads"].option_strings == ["--threads"]
+    assert actions["num_threads"].default is None  # the config's default factory decides
+    assert actions["block_size"].default is engine["block_size"].default is None
+    for role in ("generator", "verifier"):
+        assert actions[role].default is None  # resolved by backend (`_run_config`)
+        assert actions[f"{role}_kv_cache"].metavar == "SIZE"
+
+
+def test_plan_flags_come_from_the_fields_they_set():
+    from fasttts.options import flag_name
+    from fasttts.runtime.memory_planner import PlanInput
+
+    actions = _actions("plan")
+    for name in ("hardware", "memory_fraction", "generator_kv_share"):
+        assert actions[name].default == SimConfig.model_fields[name].default
+        assert actions[name].option_strings == [flag_name(name)]
+    assert actions["beam_width"].default == SearchConfig.model_fields["beam_width"].default
+    docs = attr_docs(PlanInput)
+    for dest, field in (("n", "num_requests"), ("kv_budget", "memory_bytes"),
+                        ("verifier_len", "verifier_len"), ("cache_len", "cache_len")):
+        assert docs[field].rstrip(".") in " ".join(actions[dest].help.split())
+    assert actions["cache_len"].default is PlanInput.cache_len is None
+
+
 def test_serve_takes_no_search_flags_but_their_defaults():
     actions = _actions("serve")
     assert "beam_width" not in actions and "sart_m" not in actions

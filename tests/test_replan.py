@@ -6,8 +6,8 @@ import pytest
 
 from fasttts.config import RunConfig
 from fasttts.perf.specs import load_hardware, load_model
-from fasttts.runtime.memory_planner import (iteration_time, plan_for_run, plan_input,
-                                            plan_within)
+from fasttts.runtime.memory_planner import iteration_time, plan_within
+from fasttts.runtime.plan_workload import plan_for_run, plan_input
 from fasttts.runtime.replan import Replanner
 
 from tests.test_memory_planner import reuse_time

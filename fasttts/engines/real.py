@@ -8,11 +8,14 @@ KV memory the two engines were given.
 
 from __future__ import annotations
 
+import logging
+
 from fasttts.backends.vllm_engine import min_kv_cache_tokens, resolve_dtype
 from fasttts.config import EngineConfig, RunConfig
 from fasttts.models import DERIVED_MODELS
 from fasttts.perf.specs import DTYPE_BYTES, ModelSpec, find_model_spec, load_hardware
-from fasttts.runtime.memory_planner import MemoryPlan, PlanError, plan_for_run
+from fasttts.runtime.memory_planner import MemoryPlan, PlanError
+from fasttts.runtime.plan_workload import plan_for_run
 from fasttts.runtime.replan import Replanner
 
 __all__ = ["apply_real_plan", "derived_model_spec", "engine_slots", "plan_real_engines", "planner_hardware",
@@ -23,22 +26,28 @@ __all__ = ["apply_real_plan", "derived_model_spec", "engine_slots", "plan_real_e
 DEFAULT_ENGINE_SLOTS = 256
 
 
-#: The CPU calibration (`benchmarks/calibrate_cpu.py fit`) of each dtype the CPU build runs
-#: in: float32 fitted on this project's 2-core AVX2 machine with 2 engine threads; bfloat16 on
-#: an earlier AVX-512 host with 1 engine thread.
-CPU_CALIBRATIONS = {"float32": "cpu-epyc-fp32", "bfloat16": "cpu-epyc-1thread"}
+_log = logging.getLogger(__name__)
+
+#: The CPU calibration (`benchmarks/calibrate_cpu.py fit`) the planner prices real engines on,
+#: on the CPU build of vLLM, for each dtype it runs in: float32 fitted on this project's 2-core
+#: AVX2 machine with 1 engine thread; bfloat16 on an earlier AVX-512 host with 1 engine thread.
+CPU_CALIBRATIONS = {"float32": "cpu-epyc-fp32-1thread", "bfloat16": "cpu-epyc-1thread"}
 
 
 def planner_hardware(config: RunConfig) -> str:
-    """The hardware spec the memory planner uses for real engines: on the CPU build of vLLM the
-    CPU calibration of the dtype the generator runs in (`CPU_CALIBRATIONS`), else the
-    configured device (`--hardware`)."""
+    """The hardware spec the memory planner uses for real engines: on the CPU build of vLLM
+    the CPU calibration of the dtype the generator runs in (`CPU_CALIBRATIONS`), where a
+    --hardware given is logged as unused; else the configured device (`--hardware`)."""
     try:
         from vllm.platforms import current_platform  # vLLM is optional and slow to import
 
         if current_platform.is_cpu():
-            dtype = resolve_dtype(config.generator.dtype)
-            return CPU_CALIBRATIONS.get(dtype, CPU_CALIBRATIONS["float32"])
+            cpu = CPU_CALIBRATIONS.get(resolve_dtype(config.generator.dtype),
+                                       CPU_CALIBRATIONS["float32"])
+            if "hardware" in config.sim.model_fields_set:
+                _log.warning("--hardware %s is not used on the CPU build of vLLM: the memory "
+                             "planner prices the engines on %s", config.sim.hardware, cpu)
+            return cpu
     except ImportError:
         pass
     return config.sim.hardware

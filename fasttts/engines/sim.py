@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from fasttts.backends.sim import SimDevice, SimSizes
 from fasttts.config import RunConfig
-from fasttts.runtime.memory_planner import MemoryPlan, plan_for_run
+from fasttts.runtime.memory_planner import MemoryPlan
+from fasttts.runtime.plan_workload import plan_for_run
 from fasttts.runtime.replan import Replanner
 
 __all__ = ["plan_sim", "sim_replanner"]

@@ -149,6 +149,87 @@ def _refuse_constant(name: str):
     raise _NonFinite(name)
 
 
+def _json_object(line: str, where: str) -> dict:
+    """The JSON object on one line (`where`: the source and line, for errors).
+
+    Raises:
+        DatasetError: invalid JSON, a non-finite number, not an object.
+    """
+    try:
+        record = json.loads(line, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
+    except _NonFinite as exc:
+        raise DatasetError(f"{where}: {exc} is not a JSON number (not valid JSON); write a "
+                           f"finite number, or the value as a string") from exc
+    if not isinstance(record, dict):
+        raise DatasetError(
+            f"{where}: expected a JSON object, got {type(record).__name__}"
+        )
+    return record
+
+
+def _problem_and_answer(record: dict, where: str) -> tuple[str, str]:
+    """A record's problem text and answer (a number as its string).
+
+    Raises:
+        DatasetError: either missing, a blank problem, an answer neither string nor finite
+            number, or empty.
+    """
+    problem = record.get("problem")
+    if "problem" not in record:
+        raise DatasetError(f"{where}: missing required field 'problem'")
+    if not isinstance(problem, str) or not problem.strip():
+        raise DatasetError(f"{where}: field 'problem' must be a non-empty string")
+
+    if "answer" not in record:
+        raise DatasetError(f"{where}: missing required field 'answer'")
+    answer = record["answer"]
+    if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
+        raise DatasetError(
+            f"{where}: field 'answer' must be a string or a number, "
+            f"got {type(answer).__name__}"
+        )
+    if isinstance(answer, float) and not math.isfinite(answer):
+        raise DatasetError(f"{where}: field 'answer' is {answer}, not a finite number")
+    answer = str(answer)
+    if not answer.strip():
+        raise DatasetError(f"{where}: field 'answer' is empty")
+    return problem, answer
+
+
+def _problem_id(record: dict, where: str, default: str) -> str:
+    """A record's id as a string, `default` when it has none.
+
+    Raises:
+        DatasetError: an id neither string nor integer, or empty.
+    """
+    if "id" not in record or record["id"] is None:
+        return default
+    pid = record["id"]
+    if isinstance(pid, bool) or not isinstance(pid, (str, int)):
+        raise DatasetError(
+            f"{where}: field 'id' must be a string or an integer, got {type(pid).__name__}"
+        )
+    pid = str(pid)
+    if not pid:
+        raise DatasetError(f"{where}: field 'id' is empty")
+    return pid
+
+
+def _record_meta(record: dict) -> dict[str, Any]:
+    """A record's fields beyond the core ones, its nested "meta" object merged in."""
+    meta: dict[str, Any] = {}
+    nested = record.get("meta")
+    if isinstance(nested, dict):
+        meta.update(nested)
+    for key, value in record.items():
+        if key in _CORE_FIELDS or (key == "meta" and isinstance(nested, dict)):
+            continue
+        meta[key] = value
+    return meta
+
+
 def _parse_jsonl(text: str, source: str, stem: str) -> list[Problem]:
     """Parse and validate JSONL text into problems (see :func:`load_dataset` for the rules)."""
     problems: list[Problem] = []
@@ -158,62 +239,14 @@ def _parse_jsonl(text: str, source: str, stem: str) -> list[Problem]:
         if not line.strip():
             continue
         where = f"{source}, line {lineno}"
-        try:
-            record = json.loads(line, parse_constant=_refuse_constant)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
-        except _NonFinite as exc:
-            raise DatasetError(f"{where}: {exc} is not a JSON number (not valid JSON); write a "
-                               f"finite number, or the value as a string") from exc
-        if not isinstance(record, dict):
-            raise DatasetError(
-                f"{where}: expected a JSON object, got {type(record).__name__}"
-            )
-
-        problem = record.get("problem")
-        if "problem" not in record:
-            raise DatasetError(f"{where}: missing required field 'problem'")
-        if not isinstance(problem, str) or not problem.strip():
-            raise DatasetError(f"{where}: field 'problem' must be a non-empty string")
-
-        if "answer" not in record:
-            raise DatasetError(f"{where}: missing required field 'answer'")
-        answer = record["answer"]
-        if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
-            raise DatasetError(
-                f"{where}: field 'answer' must be a string or a number, "
-                f"got {type(answer).__name__}"
-            )
-        if isinstance(answer, float) and not math.isfinite(answer):
-            raise DatasetError(f"{where}: field 'answer' is {answer}, not a finite number")
-        answer = str(answer)
-        if not answer.strip():
-            raise DatasetError(f"{where}: field 'answer' is empty")
-
-        if "id" in record and record["id"] is not None:
-            pid = record["id"]
-            if isinstance(pid, bool) or not isinstance(pid, (str, int)):
-                raise DatasetError(
-                    f"{where}: field 'id' must be a string or an integer, got {type(pid).__name__}"
-                )
-            pid = str(pid)
-            if not pid:
-                raise DatasetError(f"{where}: field 'id' is empty")
-        else:
-            pid = f"{stem}-{len(problems)}"
+        record = _json_object(line, where)
+        problem, answer = _problem_and_answer(record, where)
+        pid = _problem_id(record, where, f"{stem}-{len(problems)}")
         if pid in seen:
             raise DatasetError(
                 f"{where}: duplicate id {pid!r} (first used on line {seen[pid]})"
             )
         seen[pid] = lineno
-
-        meta: dict[str, Any] = {}
-        nested = record.get("meta")
-        if isinstance(nested, dict):
-            meta.update(nested)
-        for key, value in record.items():
-            if key in _CORE_FIELDS or (key == "meta" and isinstance(nested, dict)):
-                continue
-            meta[key] = value
-        problems.append(Problem(id=pid, problem=problem, answer=answer, meta=meta))
+        problems.append(Problem(id=pid, problem=problem, answer=answer,
+                                meta=_record_meta(record)))
     return problems

@@ -132,23 +132,26 @@ def problem_record(result: SearchResult, gold: str | None, problem: str = "",
         "spec": result.spec or None,
         "stopped_early": result.stopped_early,
         "search_stats": result.search_stats or None,
-        "completions": [
-            {
-                "beam_id": b.beam_id,
-                "answer": a,
-                "score": b.score,
-                "step_scores": b.step_scores,
-                "num_tokens": b.num_tokens,
-                "step_tokens": b.step_tokens,
-                "correct": is_equivalent(a, gold) if gold is not None else None,
-                "finish_reason": b.finish_reason,
-                "completion_time_s": b.finish_time - b.start_time,
-                "generator_time_s": b.generator_time,
-                "verifier_time_s": b.verifier_time,
-                "text": b.text,
-            }
-            for b, a in zip(beams, answers)
-        ],
+        "completions": [_completion_record(b, a, gold) for b, a in zip(beams, answers)],
+    }
+
+
+def _completion_record(beam, answer: str | None, gold: str | None) -> dict:
+    """One completion of a problem record: its answer, scores, tokens, correctness (None
+    without gold), finish reason, times (s) and text."""
+    return {
+        "beam_id": beam.beam_id,
+        "answer": answer,
+        "score": beam.score,
+        "step_scores": beam.step_scores,
+        "num_tokens": beam.num_tokens,
+        "step_tokens": beam.step_tokens,
+        "correct": is_equivalent(answer, gold) if gold is not None else None,
+        "finish_reason": beam.finish_reason,
+        "completion_time_s": beam.finish_time - beam.start_time,
+        "generator_time_s": beam.generator_time,
+        "verifier_time_s": beam.verifier_time,
+        "text": beam.text,
     }
 
 

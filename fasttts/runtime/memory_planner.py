@@ -45,6 +45,10 @@ default) both terms are the paper's and `T_reuse` = 0.
 
 The static split of the search-and-learn baseline (the generator gets a fixed share of M) is
 evaluated by the same T_tot, for comparison.
+
+This module is the planning math only; the workload of a run's configuration (its search's
+prefix sharing, its verifier's cache reads) is `fasttts.runtime.plan_workload`, and the
+explanation `fasttts plan` prints is `fasttts.cli.plan_explain`.
 """
 
 from __future__ import annotations
@@ -54,11 +58,10 @@ from dataclasses import dataclass
 
 from fasttts.perf.roofline import StepShape, step_time
 from fasttts.perf.specs import HardwareSpec, ModelSpec
-from fasttts.search import make_strategy
-from fasttts.verifiers import reads_prefix_cache
 
-__all__ = ["MemoryPlan", "PlanError", "PlanInput", "iteration_time", "plan_for_run", "plan_input",
-           "plan_memory", "plan_within", "search_shape", "static_plan"]
+__all__ = ["PLAN_STEP_LEN", "MemoryPlan", "ModelSide", "PlanError", "PlanInput",
+           "iteration_time", "model_sides", "offload_plan", "plan_memory", "plan_within",
+           "static_plan"]
 
 
 class PlanError(ValueError):
@@ -96,8 +99,8 @@ class PlanInput:
             paper's T_tot with no reuse term; module docstring).
         step_len: tokens one iteration adds to a path (the tree's level height).
         lineages: distinct paths the search keeps at every depth of the tree, at least
-            (`search_shape`: beam search N / (4 beam_width), DVTS its N / beam_width subtrees,
-            independent samples N); with `share` it sets the estimated tree size W.
+            (`fasttts.runtime.plan_workload.search_shape`: beam search N / (4 beam_width),
+            DVTS its N / beam_width subtrees, independent samples N); with `share` it sets the estimated tree size W.
         tree_len: W / N measured by the runtime (unique tokens of one iteration's tree per
             path); None = estimate it (`tree_tokens`).
         verifier_reuse: the verifier reads its prefix cache (incremental verification or
@@ -153,6 +156,7 @@ class PlanInput:
 
     @property
     def s_cache(self) -> int:
+        """S_cache: the mean cached length while decoding (tokens), `cache_len` or S_dec / 2."""
         return self.cache_len if self.cache_len is not None else self.decode_len // 2
 
     @property
@@ -235,8 +239,16 @@ def iteration_time(inp: PlanInput, b_pre: int, b_dec: int) -> tuple[float, float
     return math.ceil(n / b_pre) * pre, math.ceil(n / b_dec) * inp.decode_len * dec
 
 
-class _Model:
-    """One model's side of the plan: its batch needs and its reuse term."""
+class ModelSide:
+    """One model's side of the plan: its batch needs and its reuse term.
+
+    Attributes:
+        per_seq: KV bytes of one sequence (shared prefix split, `PlanInput.kv_ver` / `kv_gen`).
+        floor: bytes its KV cache takes however small its batch (`PlanInput.verifier_floor`).
+        reuse: its cache is read across iterations (the verifier: `verifier_reuse`).
+        tree: bytes of one iteration's search tree W in its KV (bytes).
+        full: R, its prefix recompute over the search when nothing is kept (s; 0 for one pass).
+    """
 
     def __init__(self, inp: PlanInput, model: ModelSpec, per_seq: int, floor: int,
                  length: int, reuse: bool = True):
@@ -273,13 +285,14 @@ class _Model:
         return min(limit, room // self.per_seq)
 
 
-def _models(inp: PlanInput) -> tuple[_Model, _Model]:
-    return (_Model(inp, inp.verifier, inp.kv_ver, inp.verifier_floor, inp.verifier_len,
-                   inp.verifier_reuse),
-            _Model(inp, inp.generator, inp.kv_gen, inp.generator_floor, inp.verifier_len))
+def model_sides(inp: PlanInput) -> tuple[ModelSide, ModelSide]:
+    """The (verifier, generator) sides of the plan of `inp`."""
+    return (ModelSide(inp, inp.verifier, inp.kv_ver, inp.verifier_floor, inp.verifier_len,
+                      inp.verifier_reuse),
+            ModelSide(inp, inp.generator, inp.kv_gen, inp.generator_floor, inp.verifier_len))
 
 
-def _split_left(ver: _Model, gen: _Model):
+def _split_left(ver: ModelSide, gen: ModelSide):
     """The function (verifier need, generator need, left) -> KV sizes (verifier, generator)
     that gives the `left` bytes beyond the batches' needs first to the cache that saves more
     recompute time per byte (R / W; ties to the generator), each up to its tree, and what
@@ -321,7 +334,7 @@ def _batches(n: int, cap: int) -> list[int]:
 def _plan(inp: PlanInput, b_pre: int, b_dec: int, kind: str, ver_bytes: int, gen_bytes: int,
           overhead: float = 0.0) -> MemoryPlan:
     tv, tg = iteration_time(inp, b_pre, b_dec)
-    ver, gen = _models(inp)
+    ver, gen = model_sides(inp)
     tr = ver.recompute(ver_bytes) + gen.recompute(gen_bytes)
     return MemoryPlan(b_pre, b_dec, ver_bytes, gen_bytes, kind == "offload",
                       tv + tg + tr + overhead, tv, tg, overhead, kind, tr, inp.iterations)
@@ -333,7 +346,7 @@ def _coupled(inp: PlanInput) -> MemoryPlan | None:
     smallest batch of each batch count is tried (`_batches`), then, for B_dec, larger ones of
     that count as long as they tie (ties go to the larger B_dec)."""
     n, m = inp.num_requests, inp.memory_bytes
-    ver, gen = _models(inp)
+    ver, gen = model_sides(inp)
     cap_pre = ver.cap(m - gen.need(1), n)
     if cap_pre < 1:
         return None
@@ -387,7 +400,7 @@ def _fastest(count: int, cost) -> int:
 
 def plan_within(inp: PlanInput, generator_bytes: int, verifier_bytes: int) -> MemoryPlan | None:
     """The fastest batch caps for a KV split that stays as it is (re-planning without resizing
-    the engines): each batch as large as its cache holds (`_Model.cap`, at most N). The two
+    the engines): each batch as large as its cache holds (`ModelSide.cap`, at most N). The two
     terms of T_tot then depend on one batch each and the reuse term on neither, so each is
     minimised on its own (ties to the larger batch). Kind "fixed".
 
@@ -395,7 +408,7 @@ def plan_within(inp: PlanInput, generator_bytes: int, verifier_bytes: int) -> Me
         The plan, or None when a share cannot hold one sequence.
     """
     n = inp.num_requests
-    ver, gen = _models(inp)
+    ver, gen = model_sides(inp)
     cap_pre = ver.cap(verifier_bytes, n)
     cap_dec = gen.cap(generator_bytes, n)
     if cap_pre < 1 or cap_dec < 1:
@@ -405,9 +418,13 @@ def plan_within(inp: PlanInput, generator_bytes: int, verifier_bytes: int) -> Me
     return _plan(inp, b_pre, b_dec, "fixed", verifier_bytes, generator_bytes)
 
 
-def _offload(inp: PlanInput) -> MemoryPlan | None:
+def offload_plan(inp: PlanInput) -> MemoryPlan | None:
+    """The offload plan (section 4.3.2): each model alone may use all of M while it runs,
+    each batch as large as M holds, at 4 M / host bandwidth per iteration of transfers. None
+    when the device has no host link (its memory is host memory) or M cannot hold one
+    sequence of each model."""
     bw, m = inp.hardware.host_bandwidth, inp.memory_bytes
-    ver, gen = _models(inp)
+    ver, gen = model_sides(inp)
     b_pre = ver.cap(m, inp.num_requests)
     b_dec = gen.cap(m, inp.num_requests)
     if bw is None or b_pre < 1 or b_dec < 1:
@@ -426,7 +443,7 @@ def plan_memory(inp: PlanInput, allow_offload: bool = True) -> MemoryPlan:
         PlanError: no plan fits (the message gives the per-sequence sizes and the budget).
     """
     coupled = _coupled(inp)
-    offload = _offload(inp) if allow_offload else None
+    offload = offload_plan(inp) if allow_offload else None
     plans = [p for p in (coupled, offload) if p is not None]
     if not plans:
         why = (" and offloading does not apply (the device has no host link)"
@@ -441,82 +458,6 @@ def plan_memory(inp: PlanInput, allow_offload: bool = True) -> MemoryPlan:
     return min(plans, key=lambda p: (p.t_total, -p.b_dec))
 
 
-def search_shape(search, seq_len: int) -> dict:
-    """The prefix-sharing fields of `PlanInput` (shared_len, share, iterations, step_len,
-    lineages) for a search configuration (`search`: a SearchConfig) on paths of `seq_len`
-    tokens.
-
-    The traits are asked of the method's strategy (`fasttts.search.SearchStrategy`). A step
-    adds `PLAN_STEP_LEN` tokens, and a tree level is `steps_per_level` steps (VG-search: its
-    granularity). Methods that share prefixes (`shares_prefixes`) share all but the newest
-    level with the beam_width children of one parent, and keep `planned_lineages` distinct
-    paths at every depth (DVTS: its n / beam_width subtrees; the others n / (4 beam_width),
-    fitted to measured trees). Other methods' paths are independent (lineages n, nothing
-    shared). A method that generates each path in one pass (best-of-N, self-consistency) runs
-    one iteration. Measured trees (`SearchResult.tree_tokens`) replace the estimate when
-    re-planning (`PlanInput.tree_len`).
-    """
-    strategy = make_strategy(search)
-    single_pass = strategy.num_iterations == 1
-    tree = strategy.shares_prefixes
-    share = min(search.beam_width, search.n) if tree else 1
-    step = PLAN_STEP_LEN * strategy.steps_per_level
-    lineages = strategy.planned_lineages(share)
-    return dict(shared_len=max(0, seq_len - step) if tree else 0, share=share,
-                iterations=1 if single_pass else max(1, -(-seq_len // step)),
-                step_len=step, lineages=lineages)
-
-
-def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
-               hardware: HardwareSpec, seq_len: int | None = None,
-               verifier_floor: int = 0, generator_floor: int = 0,
-               tree_len: int | None = None) -> PlanInput:
-    """The workload the planner sizes a run for.
-
-    N = search n beams; S = S_dec = `seq_len` if given (a measured mean path length), else
-    `runtime.plan_seq_len`, else 256 + max_tokens / 2 tokens, at most the generator's context;
-    S_cache = S_dec / 2. Prefix sharing and the reuse term follow the method
-    (`search_shape`); `tree_len`: the measured tree size per path (tokens; `PlanInput`).
-    `verifier_floor`, `generator_floor`: see `PlanInput` (bytes).
-
-    Raises:
-        ValueError: a size below 1 (see `PlanInput`).
-        fasttts.search.SearchConfigError: the search configuration is invalid.
-    """
-    seq_len = min(seq_len or cfg.runtime.plan_seq_len or 256 + cfg.search.max_tokens // 2,
-                  cfg.generator.max_model_len)
-    shape = search_shape(cfg.search, seq_len)
-    return PlanInput(memory_bytes=budget, generator=generator, verifier=verifier,
-                     hardware=hardware, num_requests=cfg.search.n, verifier_len=seq_len,
-                     decode_len=seq_len, verifier_floor=verifier_floor,
-                     generator_floor=generator_floor, tree_len=tree_len,
-                     verifier_reuse=reads_prefix_cache(cfg), **shape)
-
-
-def plan_for_run(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
-                 hardware: HardwareSpec, allow_offload: bool,
-                 verifier_min_tokens: int, seq_len: int | None = None,
-                 generator_min_tokens: int = 0,
-                 tree_len: int | None = None) -> tuple[MemoryPlan, int]:
-    """The plan a run applies, and the verifier's KV-cache size under it (bytes).
-
-    The workload is `plan_input(cfg, budget, ..., seq_len, tree_len=tree_len)`. Without
-    offloading the verifier gets what B_pre sequences need, but at least
-    `verifier_min_tokens` tokens (one longest sequence; the plan's B_dec counts that floor),
-    plus the share of the leftover memory the reuse term gives it, and the generator the rest
-    of `budget`, at least `generator_min_tokens` tokens; with offloading each gets all of it.
-
-    Raises:
-        PlanError: nothing fits.
-    """
-    floor = verifier_min_tokens * verifier.kv_bytes_per_token
-    plan = plan_memory(plan_input(cfg, budget, generator, verifier, hardware, seq_len, floor,
-                                  generator_min_tokens * generator.kv_bytes_per_token,
-                                  tree_len),
-                       allow_offload)
-    return plan, budget if plan.offload else plan.verifier_kv_bytes
-
-
 def static_plan(inp: PlanInput, generator_share: float = 0.5) -> MemoryPlan:
     """The baseline's static split: the generator gets `generator_share` of M, the verifier the
     rest, each batch as large as its share holds (at most N).
@@ -525,7 +466,7 @@ def static_plan(inp: PlanInput, generator_share: float = 0.5) -> MemoryPlan:
         PlanError: a share cannot hold one sequence.
     """
     gen_bytes = int(inp.memory_bytes * generator_share)
-    ver, gen = _models(inp)
+    ver, gen = model_sides(inp)
     b_dec = gen.cap(gen_bytes, inp.num_requests)
     b_pre = ver.cap(inp.memory_bytes - gen_bytes, inp.num_requests)
     if b_pre < 1 or b_dec < 1:

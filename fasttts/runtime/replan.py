@@ -31,7 +31,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from fasttts.perf.specs import HardwareSpec, ModelSpec
-from fasttts.runtime.memory_planner import MemoryPlan, plan_for_run, plan_input, plan_within
+from fasttts.runtime.memory_planner import MemoryPlan, plan_within
+from fasttts.runtime.plan_workload import plan_for_run, plan_input
 
 __all__ = ["Replan", "Replanner"]
 

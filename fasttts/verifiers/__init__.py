@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from importlib import import_module
+from typing import get_args
 
-from fasttts.config import VerifierConfig
+from fasttts.config import VerifierConfig, VerifierKind
 from fasttts.verifiers.base import AGG_STRATEGIES, ScoreRequest, Verifier, aggregate
 
 __all__ = ["AGG_STRATEGIES", "VERIFIER_KINDS", "IncrementalNotSupported", "ScoreRequest",
            "Verifier", "aggregate", "build_verifier", "incremental_kinds", "infer_kind",
            "reads_prefix_cache", "verifier_class"]
 
-#: Scoring format -> (module, class) of its verifier.
+#: The scoring formats, as `fasttts.config.VerifierKind` names them.
+VERIFIER_KINDS: tuple[str, ...] = get_args(VerifierKind)
+#: Scoring format -> (module, class) of its verifier, one for each of `VERIFIER_KINDS`.
 _CLASSES = {
     "judge": ("fasttts.verifiers.judge", "JudgeVerifier"),
     "math-shepherd": ("fasttts.verifiers.math_shepherd", "MathShepherdVerifier"),
@@ -19,7 +22,7 @@ _CLASSES = {
     "skywork": ("fasttts.verifiers.skywork", "SkyworkVerifier"),
     "ovm": ("fasttts.verifiers.ovm", "OVMVerifier"),
 }
-VERIFIER_KINDS = tuple(_CLASSES)
+assert set(_CLASSES) == set(VERIFIER_KINDS), "a verifier kind without its class, or back"
 
 
 class IncrementalNotSupported(ValueError):

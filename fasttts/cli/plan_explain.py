@@ -8,8 +8,8 @@ compared against; nothing is estimated twice.
 
 from __future__ import annotations
 
-from fasttts.runtime.memory_planner import (MemoryPlan, PlanError, PlanInput, _models, _offload,
-                                            plan_memory)
+from fasttts.runtime.memory_planner import (MemoryPlan, PlanError, PlanInput, model_sides,
+                                            offload_plan, plan_memory)
 
 __all__ = ["explain_plan"]
 
@@ -43,7 +43,7 @@ def _why_split(inp: PlanInput, plan: MemoryPlan) -> str:
     if plan.offload:
         return (f"KV split: none, each model has the whole {_gib(inp.memory_bytes)} while it "
                 f"runs (so both rows show it); the other model's KV waits in host memory")
-    ver, gen = _models(inp)
+    ver, gen = model_sides(inp)
     v_need, g_need = ver.need(plan.b_pre), gen.need(plan.b_dec)
     spare_v, spare_g = plan.verifier_kv_bytes - v_need, plan.generator_kv_bytes - g_need
     left = f"the {_gib(spare_v + spare_g)} left"
@@ -77,7 +77,7 @@ def _why_offload(inp: PlanInput, plan: MemoryPlan, allow_offload: bool) -> str:
     if inp.hardware.host_bandwidth is None:
         return (f"offload inactive KV: no, {inp.hardware.name}'s memory is host memory (no host "
                 f"link to offload over)")
-    alt = _offload(inp)
+    alt = offload_plan(inp)
     return (f"offload inactive KV: no, offloading would take {alt.t_total:.3f} s "
             f"({alt.t_offload:.3f} s of host transfers) against {plan.t_total:.3f} s")
 
@@ -102,7 +102,7 @@ def explain_plan(inp: PlanInput, plan: MemoryPlan, static: MemoryPlan,
                  allow_offload: bool = True) -> list[str]:
     """One line of why for each recommendation of `plan` (batch caps, KV split, offloading),
     then how it compares with the static split `static`."""
-    ver, gen = _models(inp)
+    ver, gen = model_sides(inp)
     m = inp.memory_bytes
     if plan.offload:
         cap_pre, cap_dec = ver.cap(m, inp.num_requests), gen.cap(m, inp.num_requests)

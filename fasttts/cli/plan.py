@@ -1,0 +1,135 @@
+"""`fasttts plan`: a what-if memory plan for a GPU (FastTTS section 4.3), the planned split
+against the static one, with one line of why for each recommendation. Nothing is run: times
+are predicted by the roofline model of the hardware and model specs. Its flags are generated
+from the fields they set (`SimConfig`, `SearchConfig`, `PlanInput`; `fasttts.options`)."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import textwrap
+
+from fasttts.cli.sizes import parse_size
+from fasttts.cli.tables import table
+
+__all__ = ["add_parser"]
+
+_DESCRIPTION = ("Split a GPU's KV-cache memory between the generator and the verifier and set "
+                "their batch caps (FastTTS section 4.3), against the static split, with one "
+                "line of why for each recommendation. Nothing is run: times are predicted by "
+                "the roofline model of the hardware and model specs.")
+
+#: The `PlanInput` fields with a flag, and the flags' defaults where the field has none.
+_WORKLOAD_FLAGS = ("num_requests", "memory_bytes", "verifier_len", "decode_len", "cache_len")
+_WORKLOAD_DEFAULTS = {"num_requests": 64, "memory_bytes": None, "verifier_len": 1024,
+                      "decode_len": 1024}
+
+
+def add_parser(sub, parents: list) -> None:
+    """Add `plan` to the CLI's subcommands (`sub`, from `add_subparsers`)."""
+    p = sub.add_parser("plan", parents=parents, description=_DESCRIPTION,
+                       help="what-if memory plan for a GPU (roofline model, no run)")
+    _add_plan_options(p)
+    p.set_defaults(func=_cmd_plan)
+
+
+def _add_plan_options(p: argparse.ArgumentParser) -> None:
+    """The options of `fasttts plan`: specs (listed), workload and budget, with defaults."""
+    from fasttts.config import SIM_GENERATOR, SIM_VERIFIER, SearchConfig, SimConfig
+    from fasttts.options import add_flags
+    from fasttts.perf.specs import hardware_names, model_names
+    from fasttts.runtime.memory_planner import PlanInput
+
+    add_flags(p, SimConfig, ["hardware"], notes={"hardware": f"; the specs: {', '.join(hardware_names())}"})
+    p.add_argument("--generator", default=SIM_GENERATOR,
+                   help=f"generator model spec: {', '.join(model_names())}, or a .json file "
+                        f"(default: %(default)s)")
+    p.add_argument("--verifier", default=SIM_VERIFIER,
+                   help="verifier model spec, one of the same (default: %(default)s)")
+    add_flags(p, PlanInput, ["num_requests"], flags={"num_requests": "--n"},
+              dests={"num_requests": "n"}, defaults=_WORKLOAD_DEFAULTS)
+    add_flags(p, SimConfig, ["memory_fraction"])
+    add_flags(p, PlanInput, _WORKLOAD_FLAGS[1:], defaults=_WORKLOAD_DEFAULTS,
+              flags={"memory_bytes": "--kv-budget"}, dests={"memory_bytes": "kv_budget"},
+              types={"memory_bytes": parse_size}, metavars={"memory_bytes": "SIZE"},
+              shown={"memory_bytes": "what the memory fraction leaves after the weights"})
+    add_flags(p, SimConfig, ["generator_kv_share"])
+    p.add_argument("--no-offload", action="store_true",
+                   help="do not consider offloading the inactive model's KV to host memory")
+    add_flags(p, SearchConfig, ["method", "beam_width"],
+              notes={"method": "; it sets the prefix sharing and the iterations whose prefix "
+                               "reuse the plan prices"})
+
+
+def _plan(args: argparse.Namespace):
+    """(the workload, the planned split, the static split) of `fasttts plan`'s flags.
+
+    Raises:
+        ValueError: an unknown spec, a KV budget over what the device leaves, a workload
+            size below 1; `fasttts.runtime.memory_planner.PlanError`: nothing fits.
+    """
+    from fasttts.backends.sim import static_split
+    from fasttts.config import SearchConfig, SimConfig
+    from fasttts.perf.specs import load_hardware, load_model
+    from fasttts.runtime.memory_planner import PlanInput, plan_memory, static_plan
+    from fasttts.runtime.plan_workload import search_shape
+
+    hw = load_hardware(args.hardware)
+    gen, ver = load_model(args.generator), load_model(args.verifier)
+    sim = SimConfig(hardware=args.hardware, memory_fraction=args.memory_fraction)
+    split = static_split(hw, gen, ver, sim)
+    room = split.generator_kv + split.verifier_kv  # what the weights and reserves leave
+    if args.kv_budget and args.kv_budget > room:
+        raise ValueError(f"--kv-budget {args.kv_budget / 2**30:.2f} GiB does not fit: "
+                         f"{args.memory_fraction} x {hw.name} memory leaves {room / 2**30:.2f} "
+                         f"GiB after the weights and activation reserve; give at most that")
+    search = SearchConfig(method=args.method, n=args.n, beam_width=args.beam_width)
+    shape = search_shape(search, min(args.verifier_len, args.decode_len))
+    inp = PlanInput(memory_bytes=args.kv_budget or room, generator=gen, verifier=ver,
+                    hardware=hw, num_requests=args.n, verifier_len=args.verifier_len,
+                    decode_len=args.decode_len, cache_len=args.cache_len, **shape)
+    return inp, plan_memory(inp, allow_offload=not args.no_offload), \
+        static_plan(inp, args.generator_kv_share)
+
+
+def _print_plans(inp, static, best) -> None:
+    """The static and the planned split side by side, as a table."""
+    from rich.console import Console
+
+    gib = 1 << 30
+    t = table(f"{inp.generator.name} + {inp.verifier.name} on {inp.hardware.name}, "
+              f"KV budget {inp.memory_bytes / gib:.2f} GiB")
+    t.add_column("")
+    t.add_column("static split", justify="right")
+    t.add_column("planned", justify="right")
+    rows = [
+        ("B_pre (verifier batch)", lambda p: f"{p.b_pre}"),
+        ("B_dec (decode batch)", lambda p: f"{p.b_dec}"),
+        ("verifier KV GiB", lambda p: f"{p.verifier_kv_bytes / gib:.2f}"),
+        ("generator KV GiB", lambda p: f"{p.generator_kv_bytes / gib:.2f}"),
+        ("offload inactive KV", lambda p: "yes" if p.offload else "no"),
+        ("search time s", lambda p: f"{p.t_total:.3f}"),
+        ("  verifier s", lambda p: f"{p.t_verify:.3f}"),
+        ("  generator s", lambda p: f"{p.t_decode:.3f}"),
+        ("  prefix recompute s", lambda p: f"{p.t_recompute:.3f}"),
+        ("  offload transfer s", lambda p: f"{p.t_offload:.3f}"),
+        ("throughput tok/s", lambda p: f"{p.throughput(inp):.0f}"),
+    ]
+    for name, fmt in rows:
+        t.add_row(name, fmt(static), fmt(best))
+    Console().print(t)
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from fasttts.cli.plan_explain import explain_plan
+
+    inp, best, static = _plan(args)
+    _print_plans(inp, static, best)
+    width = min(shutil.get_terminal_size().columns, 100)
+    print(f"workload: N={args.n} paths, S={args.verifier_len}, S_dec={args.decode_len}, "
+          f"S_cache={inp.s_cache} tokens (times predicted by the roofline model)")
+    print(f"search: {args.method}: {inp.iterations} iterations, search tree {inp.tree_tokens} "
+          f"tokens")
+    for line in explain_plan(inp, best, static, allow_offload=not args.no_offload):
+        print(textwrap.fill(line, width, initial_indent="- ", subsequent_indent="  "))
+    return 0

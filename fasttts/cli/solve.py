@@ -1,0 +1,74 @@
+"""`fasttts solve`: solve one problem and show the chosen path step by step."""
+
+from __future__ import annotations
+
+import argparse
+
+from fasttts.cli.run_options import add_run_options, check_models, run_config
+
+__all__ = ["add_parser", "print_solution"]
+
+
+def add_parser(sub, parents: list) -> None:
+    """Add `solve` to the CLI's subcommands (`sub`, from `add_subparsers`)."""
+    p = sub.add_parser("solve", parents=parents,
+                       help="solve one problem and show the chosen path")
+    p.add_argument("problem", help="the problem text")
+    add_run_options(p)
+    p.set_defaults(func=_cmd_solve)
+
+
+def _cmd_solve(args: argparse.Namespace) -> int:
+    from fasttts.api import FastTTS
+    from fasttts.eval.metrics import problem_record
+    from fasttts.progress import SearchStatus
+    from fasttts.steps import build_messages
+
+    cfg = run_config(args)
+    build_messages(args.problem)
+    check_models(cfg)
+    with FastTTS(cfg) as tts, SearchStatus(label="search") as status:
+        result = tts.solve(args.problem, on_progress=status)
+    record = problem_record(result, None, args.problem)
+    print_solution(record)
+    return 0
+
+
+def print_solution(record: dict) -> None:
+    """Print the chosen path step by step, the answer and the run's statistics. Model text
+    (steps, answers) is printed as plain text: `[/x]` or `\\[ x \\]` in it is not rich markup."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from fasttts.steps import split_steps
+
+    console = Console()
+    if not record["completions"]:
+        console.print("[red]no completion[/red]")
+        return
+    best = record["completions"][0]
+    console.rule(f"first returned path (score {best['score']:.3f})")
+    if record.get("clock") == "simulated":
+        console.print("simulated backend: the texts are synthetic, the times virtual", style="dim")
+    table = Table("step", "PRM score", "text", show_lines=True)
+    steps, scores = split_steps(best["text"]), best["step_scores"]
+    for i, step in enumerate(steps, start=1):
+        score = f"{scores[i - 1]:.3f}" if i <= len(scores) else "-"  # unscored (SC, ORM)
+        table.add_row(str(i), score, Text(step.strip()))
+    console.print(table)
+    console.rule("answer")
+    rules = {"weighted": "PRM-weighted vote", "majority": "majority vote",
+             "best": "highest-scored completion"}
+    pred = record["pred"]
+    console.print(Text.assemble(f"answer ({rules[record['answer_rule']]}): ",
+                                (str(record["answer"]), "bold")))
+    console.print(Text(f"PRM-weighted vote: {pred['weighted']}   majority vote: "
+                       f"{pred['majority']}   best path: {pred['best']}"))
+    console.print(
+        f"completions {record['num_completions']}  iterations {record['num_iterations']}  "
+        f"tokens generated {record['tokens_generated']}  latency {record['latency_s']:.1f} s "
+        f"(generator {record['generator_time_s']:.1f} s, verifier "
+        f"{record['verifier_time_s']:.1f} s)  precise goodput "
+        f"{record['precise_goodput_tok_s']:.1f} tok/s"
+    )

@@ -1,0 +1,89 @@
+"""The workload the memory planner (`fasttts.runtime.memory_planner`) sizes a run for, from
+its configuration: N, S and S_dec from the search and the runtime, the prefix sharing and the
+iterations from the search method's traits (`fasttts.search.SearchStrategy`), the verifier's
+cache reads from its scoring mode; and the plan a run applies (`plan_for_run`)."""
+
+from __future__ import annotations
+
+from fasttts.perf.specs import HardwareSpec, ModelSpec
+from fasttts.runtime.memory_planner import PLAN_STEP_LEN, MemoryPlan, PlanInput, plan_memory
+from fasttts.search import make_strategy
+from fasttts.verifiers import reads_prefix_cache
+
+__all__ = ["plan_for_run", "plan_input", "search_shape"]
+
+
+def search_shape(search, seq_len: int) -> dict:
+    """The prefix-sharing fields of `PlanInput` (shared_len, share, iterations, step_len,
+    lineages) for a search configuration (`search`: a SearchConfig) on paths of `seq_len`
+    tokens.
+
+    The traits are asked of the method's strategy (`fasttts.search.SearchStrategy`). A step
+    adds `PLAN_STEP_LEN` tokens, and a tree level is `steps_per_level` steps (VG-search: its
+    granularity). Methods that share prefixes (`shares_prefixes`) share all but the newest
+    level with the beam_width children of one parent, and keep `planned_lineages` distinct
+    paths at every depth (DVTS: its n / beam_width subtrees; the others n / (4 beam_width),
+    fitted to measured trees). Other methods' paths are independent (lineages n, nothing
+    shared). A method that generates each path in one pass (best-of-N, self-consistency) runs
+    one iteration. Measured trees (`SearchResult.tree_tokens`) replace the estimate when
+    re-planning (`PlanInput.tree_len`).
+    """
+    strategy = make_strategy(search)
+    single_pass = strategy.num_iterations == 1
+    tree = strategy.shares_prefixes
+    share = min(search.beam_width, search.n) if tree else 1
+    step = PLAN_STEP_LEN * strategy.steps_per_level
+    lineages = strategy.planned_lineages(share)
+    return dict(shared_len=max(0, seq_len - step) if tree else 0, share=share,
+                iterations=1 if single_pass else max(1, -(-seq_len // step)),
+                step_len=step, lineages=lineages)
+
+
+def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
+               hardware: HardwareSpec, seq_len: int | None = None,
+               verifier_floor: int = 0, generator_floor: int = 0,
+               tree_len: int | None = None) -> PlanInput:
+    """The workload the planner sizes a run for.
+
+    N = search n beams; S = S_dec = `seq_len` if given (a measured mean path length), else
+    `runtime.plan_seq_len`, else 256 + max_tokens / 2 tokens, at most the generator's context;
+    S_cache = S_dec / 2. Prefix sharing and the reuse term follow the method
+    (`search_shape`); `tree_len`: the measured tree size per path (tokens; `PlanInput`).
+    `verifier_floor`, `generator_floor`: see `PlanInput` (bytes).
+
+    Raises:
+        ValueError: a size below 1 (see `PlanInput`).
+        fasttts.search.SearchConfigError: the search configuration is invalid.
+    """
+    seq_len = min(seq_len or cfg.runtime.plan_seq_len or 256 + cfg.search.max_tokens // 2,
+                  cfg.generator.max_model_len)
+    shape = search_shape(cfg.search, seq_len)
+    return PlanInput(memory_bytes=budget, generator=generator, verifier=verifier,
+                     hardware=hardware, num_requests=cfg.search.n, verifier_len=seq_len,
+                     decode_len=seq_len, verifier_floor=verifier_floor,
+                     generator_floor=generator_floor, tree_len=tree_len,
+                     verifier_reuse=reads_prefix_cache(cfg), **shape)
+
+
+def plan_for_run(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
+                 hardware: HardwareSpec, allow_offload: bool,
+                 verifier_min_tokens: int, seq_len: int | None = None,
+                 generator_min_tokens: int = 0,
+                 tree_len: int | None = None) -> tuple[MemoryPlan, int]:
+    """The plan a run applies, and the verifier's KV-cache size under it (bytes).
+
+    The workload is `plan_input(cfg, budget, ..., seq_len, tree_len=tree_len)`. Without
+    offloading the verifier gets what B_pre sequences need, but at least
+    `verifier_min_tokens` tokens (one longest sequence; the plan's B_dec counts that floor),
+    plus the share of the leftover memory the reuse term gives it, and the generator the rest
+    of `budget`, at least `generator_min_tokens` tokens; with offloading each gets all of it.
+
+    Raises:
+        PlanError: nothing fits.
+    """
+    floor = verifier_min_tokens * verifier.kv_bytes_per_token
+    plan = plan_memory(plan_input(cfg, budget, generator, verifier, hardware, seq_len, floor,
+                                  generator_min_tokens * generator.kv_bytes_per_token,
+                                  tree_len),
+                       allow_offload)
+    return plan, budget if plan.offload else plan.verifier_kv_bytes
