@@ -57,7 +57,7 @@ from fasttts.perf.specs import HardwareSpec, ModelSpec
 from fasttts.search import make_strategy
 from fasttts.verifiers import reads_prefix_cache
 
-__all__ = ["MemoryPlan", "PlanError", "PlanInput", "iteration_time", "plan_for_run", "plan_input",
+__all__ = ["MemoryPlan", "PlanError", "generator_only_plan", "PlanInput", "iteration_time", "plan_for_run", "plan_input",
            "plan_memory", "plan_within", "search_shape", "static_plan"]
 
 
@@ -515,6 +515,21 @@ def plan_for_run(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
                                   tree_len),
                        allow_offload)
     return plan, budget if plan.offload else plan.verifier_kv_bytes
+
+
+def generator_only_plan(generator_kv_bytes: int, b_dec: int) -> MemoryPlan:
+    """The plan of a run without a verifier model (the "confidence" kind scores steps from the
+    generator's own log-probabilities): nothing to split or trade, so the generator gets all
+    of the KV memory and its full batch; no times are predicted (kind "generator-only").
+
+    Raises:
+        PlanError: no memory or no batch.
+    """
+    if generator_kv_bytes <= 0 or b_dec < 1:
+        raise PlanError(f"no generator memory ({generator_kv_bytes} bytes) or batch ({b_dec})")
+    return MemoryPlan(b_pre=1, b_dec=b_dec, verifier_kv_bytes=0,
+                      generator_kv_bytes=generator_kv_bytes, offload=False, t_total=0.0,
+                      t_verify=0.0, t_decode=0.0, t_offload=0.0, kind="generator-only")
 
 
 def static_plan(inp: PlanInput, generator_share: float = 0.5) -> MemoryPlan:
