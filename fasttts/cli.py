@@ -199,6 +199,9 @@ def _run_config(args: argparse.Namespace):
     sim = args.backend == "sim"
     generator = args.generator or (SIM_GENERATOR if sim else DEFAULT_GENERATOR)
     verifier = args.verifier or (SIM_VERIFIER if sim else DEFAULT_VERIFIER)
+    if args.verifier and args.verifier_kind == "confidence":
+        raise ValueError("--verifier-kind confidence scores steps with the generator's own token "
+                         "log-probabilities and loads no verifier model; drop --verifier")
 
     def engine(model: str, kv: int | None) -> EngineConfig:
         return EngineConfig(model=model, kv_cache_memory_bytes=kv or GiB,
@@ -237,7 +240,10 @@ def _check_models(cfg) -> None:
         check_sim_engines(cfg)
         return
 
-    for model in (cfg.generator.model, cfg.verifier.engine.model):
+    from fasttts.verifiers import MODEL_FREE_KINDS
+
+    free = cfg.verifier.kind in MODEL_FREE_KINDS
+    for model in (cfg.generator.model, *(() if free else (cfg.verifier.engine.model,))):
         if model in EMBEDDED_MODELS:
             EMBEDDED_MODELS[model].part_paths()  # raises if the packages are missing
         else:

@@ -105,15 +105,18 @@ class VerifierConfig(_Strict):
         kind: scoring format: "judge" (zero-shot judge from an instruct model, the embedded
             default), "math-shepherd" (`+`/`-` logits at a step tag), "qwen-prm"
             (Qwen2.5-Math-PRM, `<extra_0>` separators), "skywork" (value-head PRM via
-            transformers), "ovm" (a trained step-end head, `fasttts prm train`), or "auto"
-            (from the model's name: judge for embedded instruct models).
-        engine: the verifier's engine.
+            transformers), "ovm" (a trained step-end head, `fasttts prm train`),
+            "confidence" (the generator's own token log-probabilities: no verifier model,
+            `engine` is unused), or "auto" (from the model's name: judge for embedded
+            instruct models). The one list of kinds (`fasttts.verifiers.VERIFIER_KINDS`).
+        engine: the verifier's engine (unused by "confidence").
         agg_strategy: step-score aggregation: how a path's step scores become one score
             (`last|min|prod|mean`).
         batch_size: most scoring requests in flight at once (verifier batch, B_pre).
     """
 
-    kind: Literal["auto", "judge", "math-shepherd", "qwen-prm", "skywork", "ovm"] = "auto"
+    kind: Literal["auto", "judge", "math-shepherd", "qwen-prm", "skywork", "ovm",
+                  "confidence"] = "auto"
     engine: EngineConfig = Field(default_factory=lambda: EngineConfig(model=DEFAULT_VERIFIER))
     agg_strategy: AggStrategy = "last"
     batch_size: int = Field(default=64, gt=0)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import typing
 from importlib import import_module
 
 from fasttts.config import VerifierConfig
 from fasttts.verifiers.base import AGG_STRATEGIES, ScoreRequest, Verifier, aggregate
 
-__all__ = ["AGG_STRATEGIES", "VERIFIER_KINDS", "IncrementalNotSupported", "ScoreRequest",
+__all__ = ["AGG_STRATEGIES", "MODEL_FREE_KINDS", "VERIFIER_KINDS", "IncrementalNotSupported", "ScoreRequest",
            "Verifier", "aggregate", "build_verifier", "incremental_kinds", "infer_kind",
            "reads_prefix_cache", "verifier_class"]
 
@@ -18,8 +19,13 @@ _CLASSES = {
     "qwen-prm": ("fasttts.verifiers.qwen_prm", "QwenPRMVerifier"),
     "skywork": ("fasttts.verifiers.skywork", "SkyworkVerifier"),
     "ovm": ("fasttts.verifiers.ovm", "OVMVerifier"),
+    "confidence": ("fasttts.verifiers.confidence", "ConfidenceVerifier"),
 }
-VERIFIER_KINDS = tuple(_CLASSES)
+#: The scoring formats, as `VerifierConfig.kind` lists them ("auto" aside): the one list.
+VERIFIER_KINDS = tuple(k for k in typing.get_args(VerifierConfig.model_fields["kind"].annotation)
+                       if k != "auto")
+#: Kinds that load no verifier model (the generator's own confidence).
+MODEL_FREE_KINDS = ("confidence",)
 
 
 class IncrementalNotSupported(ValueError):
