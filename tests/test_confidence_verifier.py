@@ -237,3 +237,10 @@ def test_cli_refuses_a_verifier_model_with_confidence(capsys):
     assert main(["solve", "--backend", "sim", "--verifier-kind", "confidence",
                  "--verifier", "math-shepherd-7b", "What is 1+1?"]) == 2
     assert "drop --verifier" in capsys.readouterr().err
+
+
+def test_server_start_line_names_no_verifier_model():
+    from fasttts.serve.access_log import start_line
+
+    line = start_line(_cfg(), ["fasttts"], "http://x")
+    assert "the generator's own confidence" in line and "math-shepherd" not in line

@@ -57,8 +57,8 @@ from fasttts.perf.specs import HardwareSpec, ModelSpec
 from fasttts.search import make_strategy
 from fasttts.verifiers import reads_prefix_cache
 
-__all__ = ["MemoryPlan", "PlanError", "generator_only_plan", "PlanInput", "iteration_time", "plan_for_run", "plan_input",
-           "plan_memory", "plan_within", "search_shape", "static_plan"]
+__all__ = ["MemoryPlan", "PlanError", "PlanInput", "generator_only_plan", "iteration_time",
+           "plan_for_run", "plan_input", "plan_memory", "plan_within", "search_shape", "static_plan"]
 
 
 class PlanError(ValueError):

@@ -268,11 +268,13 @@ class SpeculativeBeamExtension:
                 if keep == n:
                     child.head_start = HeadStart(list(src.token_ids), src.text, src.finish_reason,
                                                  list(src.step_scores), truncated=True,
-                                                 token_logprobs=_lp.head_logprobs(src.token_logprobs))
+                                                 token_logprobs=_lp.head_logprobs(
+                                                     src.token_logprobs))
                 else:
                     child.head_start = HeadStart(src.token_ids[:keep], decode(src.token_ids[:keep]),
                                                  None, [], truncated=True,
-                                                 token_logprobs=_lp.head_logprobs(src.token_logprobs, keep))
+                                                 token_logprobs=_lp.head_logprobs(
+                                                     src.token_logprobs, keep))
             else:
                 continue
             self.used_tokens += len(child.head_start.token_ids)

@@ -8,8 +8,8 @@ from importlib import import_module
 from fasttts.config import VerifierConfig
 from fasttts.verifiers.base import AGG_STRATEGIES, ScoreRequest, Verifier, aggregate
 
-__all__ = ["AGG_STRATEGIES", "MODEL_FREE_KINDS", "VERIFIER_KINDS", "IncrementalNotSupported", "ScoreRequest",
-           "Verifier", "aggregate", "build_verifier", "incremental_kinds", "infer_kind",
+__all__ = ["AGG_STRATEGIES", "MODEL_FREE_KINDS", "VERIFIER_KINDS", "IncrementalNotSupported",
+           "ScoreRequest", "Verifier", "aggregate", "build_verifier", "incremental_kinds", "infer_kind",
            "reads_prefix_cache", "verifier_class"]
 
 #: Scoring format -> (module, class) of its verifier.
