@@ -17,6 +17,8 @@ class HeadStart:
         finish_reason: "stop" when they hold the whole step (delimiter included), "eos" /
             "length" when the path ended in them, None when the step is unfinished.
         step_scores: PRM scores of the step, when LookAhead Verification scored it already.
+        token_logprobs: the generator's log-probability of each of `token_ids` when the run
+            keeps them (`Verifier.needs_logprobs`), else empty.
         truncated: a truncated copy of another branch's speculation (R ratio), not this
             beam's own random stream.
     """
@@ -26,6 +28,7 @@ class HeadStart:
     finish_reason: str | None = None
     step_scores: list[float] = field(default_factory=list)
     truncated: bool = False
+    token_logprobs: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -36,6 +39,9 @@ class Beam:
         beam_id: unique within one problem's search (children get new ids).
         parent_id: the beam this one was copied from (None for the root).
         token_ids: generated token ids (the prompt is not included).
+        token_logprobs: the generator's log-probability (nats) of each of `token_ids`, parallel
+            to it, when the run keeps them (a verifier that reads them, `Verifier.
+            needs_logprobs`); empty otherwise.
         text: generated text (the decoded steps, stop strings kept).
         steps: `text` split into steps (`fasttts.steps.split_steps`).
         step_scores: PRM score of each step in [0, 1]; len <= len(steps).
@@ -63,6 +69,7 @@ class Beam:
     beam_id: int
     parent_id: int | None = None
     token_ids: list[int] = field(default_factory=list)
+    token_logprobs: list[float] = field(default_factory=list)
     text: str = ""
     steps: list[str] = field(default_factory=list)
     step_scores: list[float] = field(default_factory=list)
@@ -91,6 +98,7 @@ class Beam:
             branch=self.num_children - 1,
             lineage=self.lineage + (beam_id,),
             token_ids=list(self.token_ids),
+            token_logprobs=list(self.token_logprobs),
             text=self.text,
             steps=list(self.steps),
             step_scores=list(self.step_scores),

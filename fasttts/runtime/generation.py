@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from fasttts.backends.base import GenerationParams, GeneratorBackend
 from fasttts.beam import Beam
+from fasttts.runtime import token_logprobs
 from fasttts.runtime.spec_beam_extension import SpeculativeBeamExtension
 from fasttts.steps import has_final_answer, split_steps
 
@@ -43,6 +44,8 @@ class StepRequest:
             admits beams in the submitted order (prefix-aware scheduling); else all 0.
         tag: added to the sequence ids of this call (e.g. "la1" for lookahead rollouts), so
             extra generations of the same beams in one iteration get distinct ids.
+        logprobs: ask for the sampled tokens' log-probabilities and keep them on the beams
+            (`fasttts.runtime.token_logprobs`).
     """
 
     prompt_ids: list[int]
@@ -56,6 +59,7 @@ class StepRequest:
     step_delimiter: str = "\n\n"
     ordered_priorities: bool = False
     tag: str = ""
+    logprobs: bool = False
 
 
 @dataclass
@@ -119,7 +123,7 @@ def extend_beams(
             return None
         return GenerationParams(max_tokens=budget, temperature=req.temperature, top_p=req.top_p,
                                 seed=beam_seed(req.seed, req.problem_id, parent_id, branch),
-                                stop=stop)
+                                stop=stop, logprobs=req.logprobs)
 
     try:
         for position, beam in enumerate(beams):
@@ -127,6 +131,7 @@ def extend_beams(
             beam.head_start = None
             if head is not None:
                 beam.token_ids.extend(head.token_ids)
+                token_logprobs.adopt_head(beam, head)
                 text0, pieces0 = head.text, [(0, len(head.token_ids))]
                 whole = head.finish_reason in ("eos", "length") or (
                     head.finish_reason == "stop" and req.stop)
@@ -164,6 +169,7 @@ def extend_beams(
                         speculator.consume(up)
                     continue
                 beam.token_ids.extend(up.new_token_ids)
+                token_logprobs.extend(beam, up)
                 trace.tokens += len(up.new_token_ids)
                 pieces[up.seq_id].append((len(new_text[up.seq_id]), len(up.new_token_ids)))
                 new_text[up.seq_id] += up.new_text

@@ -37,7 +37,7 @@ def lookahead_rollouts(generator: GeneratorBackend, beams: list[Beam], k: int, r
     """
     copies = {b.beam_id: dataclasses.replace(
         b, token_ids=list(b.token_ids), steps=list(b.steps), step_scores=list(b.step_scores),
-        step_tokens=list(b.step_tokens), head_start=None) for b in beams if not b.finished}
+        token_logprobs=list(b.token_logprobs), step_tokens=list(b.step_tokens), head_start=None) for b in beams if not b.finished}
     for j in range(1, k + 1):
         live = [c for c in copies.values() if not c.finished]
         if not live:

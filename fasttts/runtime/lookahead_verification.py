@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from fasttts.beam import Beam
 from fasttts.runtime.spec_beam_extension import SpecBranch
+from fasttts.runtime.token_logprobs import path_step_logprobs, with_branch_logprobs
 from fasttts.steps import split_steps
 from fasttts.verifiers.base import ScoreRequest
 
@@ -49,7 +50,8 @@ class LookaheadPlan:
 def plan_requests(problem: str, beams: list[Beam], branches: list[SpecBranch],
                   delimiter: str) -> LookaheadPlan:
     """The verifier requests of `beams` (their unscored steps), each with the beam's first
-    complete speculative branch appended (module docstring)."""
+    complete speculative branch appended (module docstring). Beams that keep their token
+    log-probabilities (`fasttts.runtime.token_logprobs`) send them along, cut into steps."""
     by_beam: dict[int, list[SpecBranch]] = {}
     for br in branches:
         by_beam.setdefault(br.beam_id, []).append(br)
@@ -61,10 +63,12 @@ def plan_requests(problem: str, beams: list[Beam], branches: list[SpecBranch],
         if own <= 0 and not extra:
             continue
         if not extra:
-            plan.add(ScoreRequest(problem, tuple(beam.steps), start), beam, own, None)
+            plan.add(ScoreRequest(problem, tuple(beam.steps), start, path_step_logprobs(beam)),
+                     beam, own, None)
             continue
         br = min(extra, key=lambda b: b.branch)
         steps = tuple(split_steps(beam.text + br.text, delimiter))
-        plan.add(ScoreRequest(problem, steps, start), beam, own, br)
+        plan.add(ScoreRequest(problem, steps, start,
+                              with_branch_logprobs(beam, steps, br.token_logprobs)), beam, own, br)
         plan.num_lookahead += 1
     return plan

@@ -21,9 +21,10 @@ from fasttts.runtime.lookahead_verification import plan_requests
 from fasttts.runtime.lookahead_rollout import lookahead_rollouts
 from fasttts.runtime.prefix_scheduling import baseline_order, prefix_aware_order, schedule_cost
 from fasttts.runtime.spec_beam_extension import SpeculativeBeamExtension
+from fasttts.runtime.token_logprobs import outcome_request
 from fasttts.search import make_strategy
 from fasttts.steps import build_messages
-from fasttts.verifiers.base import ScoreRequest, Verifier, aggregate
+from fasttts.verifiers.base import Verifier, aggregate
 
 __all__ = ["PromptTooLongError", "SearchResult", "SearchRunner"]
 
@@ -179,6 +180,7 @@ class SearchRunner:
                 iteration=iteration,
                 step_delimiter=cfg.step_delimiter,
                 ordered_priorities=rt.prefix_aware_scheduling,
+                logprobs=self.verifier.needs_logprobs,
             )
             t0 = self.generator.now()
             before = [len(b.token_ids) for b in children]
@@ -296,7 +298,7 @@ class SearchRunner:
         (`fasttts.runtime.lookahead_rollout`)."""
         if outcome:
             done = [b for b in beams if b.finished]
-            scores = self.verifier.score([ScoreRequest(problem, (b.text,)) for b in done]) if done else []
+            scores = self.verifier.score([outcome_request(problem, b) for b in done]) if done else []
             for beam, sc in zip(done, scores):
                 beam.score = sc[0]
             return 0

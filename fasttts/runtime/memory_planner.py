@@ -60,7 +60,7 @@ from fasttts.perf.roofline import StepShape, step_time
 from fasttts.perf.specs import HardwareSpec, ModelSpec
 
 __all__ = ["PLAN_STEP_LEN", "MemoryPlan", "ModelSide", "PlanError", "PlanInput",
-           "iteration_time", "model_sides", "offload_plan", "plan_memory", "plan_within",
+           "generator_only_plan", "iteration_time", "model_sides", "offload_plan", "plan_memory", "plan_within",
            "static_plan"]
 
 
@@ -456,6 +456,21 @@ def plan_memory(inp: PlanInput, allow_offload: bool = True) -> MemoryPlan:
             f"sequence of {inp.decode_len} tokens ({inp.kv_gen / 2**20:.1f} MiB){shared}{why}; "
             f"give more memory or shorter sequences")
     return min(plans, key=lambda p: (p.t_total, -p.b_dec))
+
+
+def generator_only_plan(generator_kv_bytes: int, b_dec: int) -> MemoryPlan:
+    """The plan of a run without a verifier model (the "confidence" kind scores steps from the
+    generator's own log-probabilities): nothing to split or trade, so the generator gets all
+    of the KV memory and its full batch; no times are predicted (kind "generator-only").
+
+    Raises:
+        PlanError: no memory or no batch.
+    """
+    if generator_kv_bytes <= 0 or b_dec < 1:
+        raise PlanError(f"no generator memory ({generator_kv_bytes} bytes) or batch ({b_dec})")
+    return MemoryPlan(b_pre=1, b_dec=b_dec, verifier_kv_bytes=0,
+                      generator_kv_bytes=generator_kv_bytes, offload=False, t_total=0.0,
+                      t_verify=0.0, t_decode=0.0, t_offload=0.0, kind="generator-only")
 
 
 def static_plan(inp: PlanInput, generator_share: float = 0.5) -> MemoryPlan:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from fasttts.backends.base import GeneratorBackend, SequenceUpdate
 from fasttts.beam import Beam, HeadStart
+from fasttts.runtime import token_logprobs as _lp
 
 __all__ = ["SpecBranch", "SpeculativeBeamExtension", "speculative_potentials"]
 
@@ -77,6 +78,8 @@ class SpecBranch:
         finish_reason: "stop" (a whole next step), "eos"/"length" (the path ended), or None
             (stopped early).
         step_scores: LookAhead Verification's score(s) of the speculative step, if any.
+        token_logprobs: the generator's log-probability of each of `token_ids`, when the run
+            keeps them (`fasttts.runtime.token_logprobs`).
     """
 
     beam_id: int
@@ -86,6 +89,7 @@ class SpecBranch:
     text: str = ""
     finish_reason: str | None = None
     step_scores: list[float] = field(default_factory=list)
+    token_logprobs: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -168,6 +172,7 @@ class SpeculativeBeamExtension:
         if br is None:
             return
         br.token_ids += up.new_token_ids
+        _lp.extend(br, up)
         br.text += up.new_text
         self.spec_tokens += len(up.new_token_ids)
         if up.finished:
@@ -251,7 +256,8 @@ class SpeculativeBeamExtension:
             own = branches.get(child.branch)
             if own is not None:
                 child.head_start = HeadStart(list(own.token_ids), own.text, own.finish_reason,
-                                             list(own.step_scores))
+                                             list(own.step_scores),
+                                             token_logprobs=_lp.head_logprobs(own.token_logprobs))
             elif 0 in branches and self.ratio > 0:
                 src = branches[0]
                 n = len(src.token_ids)
@@ -261,10 +267,14 @@ class SpeculativeBeamExtension:
                     continue
                 if keep == n:
                     child.head_start = HeadStart(list(src.token_ids), src.text, src.finish_reason,
-                                                 list(src.step_scores), truncated=True)
+                                                 list(src.step_scores), truncated=True,
+                                                 token_logprobs=_lp.head_logprobs(
+                                                     src.token_logprobs))
                 else:
                     child.head_start = HeadStart(src.token_ids[:keep], decode(src.token_ids[:keep]),
-                                                 None, [], truncated=True)
+                                                 None, [], truncated=True,
+                                                 token_logprobs=_lp.head_logprobs(
+                                                     src.token_logprobs, keep))
             else:
                 continue
             self.used_tokens += len(child.head_start.token_ids)

@@ -79,8 +79,10 @@ def start_line(cfg, served_names, url: str) -> str:
     backend = ("sim (simulated: texts are synthetic, timings are a simulated "
                f"{cfg.sim.hardware})" if cfg.backend == "sim" else cfg.backend)
     names = ", ".join(served_names)
+    verifier = ("the generator's own confidence" if cfg.verifier.kind == "confidence"
+                else cfg.verifier.engine.model)
     return (f"fasttts serve: {url}, model {names} (generator {cfg.generator.model}, verifier "
-            f"{cfg.verifier.engine.model}), backend {backend}; starting the engines")
+            f"{verifier}), backend {backend}; starting the engines")
 
 
 class ReadyServer(uvicorn.Server):

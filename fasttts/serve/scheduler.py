@@ -70,6 +70,7 @@ class LockedVerifier(Verifier):
     def __init__(self, inner: Verifier, lock: threading.Lock | None = None):
         self.inner = inner
         self.name = inner.name
+        self.needs_logprobs = inner.needs_logprobs
         self._lock = lock or threading.Lock()
         self._mu = threading.Lock()
         self._pending: list[_Pending] = []

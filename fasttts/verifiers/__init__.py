@@ -8,8 +8,8 @@ from typing import get_args
 from fasttts.config import VerifierConfig, VerifierKind
 from fasttts.verifiers.base import AGG_STRATEGIES, ScoreRequest, Verifier, aggregate
 
-__all__ = ["AGG_STRATEGIES", "VERIFIER_KINDS", "IncrementalNotSupported", "ScoreRequest",
-           "Verifier", "aggregate", "build_verifier", "incremental_kinds", "infer_kind",
+__all__ = ["AGG_STRATEGIES", "MODEL_FREE_KINDS", "VERIFIER_KINDS", "IncrementalNotSupported",
+           "ScoreRequest", "Verifier", "aggregate", "build_verifier", "incremental_kinds", "infer_kind",
            "reads_prefix_cache", "verifier_class"]
 
 #: The scoring formats, as `fasttts.config.VerifierKind` names them.
@@ -21,8 +21,11 @@ _CLASSES = {
     "qwen-prm": ("fasttts.verifiers.qwen_prm", "QwenPRMVerifier"),
     "skywork": ("fasttts.verifiers.skywork", "SkyworkVerifier"),
     "ovm": ("fasttts.verifiers.ovm", "OVMVerifier"),
+    "confidence": ("fasttts.verifiers.confidence", "ConfidenceVerifier"),
 }
 assert set(_CLASSES) == set(VERIFIER_KINDS), "a verifier kind without its class, or back"
+#: Kinds that load no verifier model (the generator's own confidence).
+MODEL_FREE_KINDS = ("confidence",)
 
 
 class IncrementalNotSupported(ValueError):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fasttts.backends.base import Verifier
 from fasttts.backends.sim.engine import SimEngine, VirtualClock
 from fasttts.backends.sim.generator import SimGenerator
 from fasttts.backends.sim.verifier import SimVerifier
@@ -42,16 +43,28 @@ class MemorySplit:
     verifier_kv: int
 
 
-def static_split(hw: HardwareSpec, gen: ModelSpec, ver: ModelSpec, cfg: SimConfig) -> MemorySplit:
+def static_split(hw: HardwareSpec, gen: ModelSpec, ver: ModelSpec | None,
+                 cfg: SimConfig) -> MemorySplit:
     """The baseline's static memory split: both models' weights and activation reserves are
     placed, and the KV memory left is split `generator_kv_share` : rest (an explicit KV size
-    in `cfg` replaces its part of the split; the other cache gets the rest).
+    in `cfg` replaces its part of the split; the other cache gets the rest). Without a
+    verifier model (`ver` None: the generator's own confidence scores the steps) the
+    generator gets all of it (or its explicit size).
 
     Raises:
         ValueError: the weights and reserves alone do not fit, or the KV caches do not fit in
             the memory they leave (says by how much).
     """
     usable = int(hw.memory_bytes * cfg.memory_fraction)
+    if ver is None:
+        left = usable - gen.weight_bytes - cfg.activation_reserve_bytes
+        gen_kv = cfg.generator_kv_cache_bytes or left
+        if left <= 0 or gen_kv > left:
+            raise ValueError(
+                f"{gen.name} ({gen.weight_bytes / 2**30:.1f} GiB of weights, "
+                f"{gen_kv / 2**30:.2f} GiB of KV cache) and its activation reserve do not fit "
+                f"in {cfg.memory_fraction} x {hw.name} memory ({usable / 2**30:.1f} GiB)")
+        return MemorySplit(usable, gen.weight_bytes, 0, cfg.activation_reserve_bytes, gen_kv, 0)
     reserve = 2 * cfg.activation_reserve_bytes
     left = usable - gen.weight_bytes - ver.weight_bytes - reserve
     if left <= 0:
@@ -80,13 +93,14 @@ class SimDevice:
 
     Attributes:
         hardware: the device's spec.
-        generator, verifier: the two models' specs.
+        generator, verifier: the two models' specs (verifier None: no verifier model, the
+            "confidence" kind).
         split: the baseline's static memory split (`static_split`).
     """
 
     hardware: HardwareSpec
     generator: ModelSpec
-    verifier: ModelSpec
+    verifier: ModelSpec | None
     split: MemorySplit
 
 
@@ -115,23 +129,29 @@ def sim_device(cfg: RunConfig) -> SimDevice:
     Raises:
         fasttts.perf.specs.SpecError: unknown hardware or model spec.
         ValueError: the models do not fit (`static_split`), or a verifier scoring format
-            (`cfg.verifier.kind`) is asked for: the simulator does not model one.
+            (`cfg.verifier.kind`) is asked for: the simulator does not model one. The
+            "confidence" kind is simulated (no verifier model: `verifier` is None).
     """
+    hw = load_hardware(cfg.sim.hardware)
+    if cfg.verifier.kind == "confidence":
+        gen = priced_on(load_model(cfg.generator.model), hw)
+        return SimDevice(hw, gen, None, static_split(hw, gen, None, cfg.sim))
     if cfg.verifier.kind != "auto":
         raise ValueError(
             f"verifier kind {cfg.verifier.kind!r} is not simulated: the simulated verifier is "
             f"priced from its model spec ({cfg.verifier.engine.model!r}) and scores paths from "
             f"the workload model, in no scoring format; drop --verifier-kind or use --backend "
             f"vllm")
-    hw = load_hardware(cfg.sim.hardware)
     gen = priced_on(load_model(cfg.generator.model), hw)
     ver = priced_on(load_model(cfg.verifier.engine.model), hw)
     return SimDevice(hw, gen, ver, static_split(hw, gen, ver, cfg.sim))
 
 
 def build_sim(cfg: RunConfig, workload: Workload | None = None,
-              sizes: SimSizes | None = None) -> tuple[SimGenerator, SimVerifier]:
-    """A simulated generator and verifier on one device, as `cfg` describes.
+              sizes: SimSizes | None = None) -> tuple[SimGenerator, Verifier]:
+    """A simulated generator and verifier on one device, as `cfg` describes (with the
+    "confidence" kind the verifier is `ConfidenceVerifier`, no engine: the generator's
+    simulated token log-probabilities score the steps).
 
     Args:
         cfg: the run configuration (`cfg.sim` for the device, model specs named by
@@ -161,10 +181,14 @@ def build_sim(cfg: RunConfig, workload: Workload | None = None,
     gen_engine = SimEngine(gen, hw, clock, sizes.generator_kv // (bs * gen.kv_bytes_per_token),
                            bs, sizes.max_num_seqs, sim.max_num_batched_tokens,
                            cfg.generator.max_model_len)
+    generator = SimGenerator(gen_engine, workload)
+    if ver is None:
+        from fasttts.verifiers.confidence import ConfidenceVerifier
+
+        return generator, ConfidenceVerifier(batch_size=sizes.verifier_batch)
     ver_engine = SimEngine(ver, hw, clock, sizes.verifier_kv // (bs * ver.kv_bytes_per_token),
                            bs, sizes.verifier_batch, sim.max_num_batched_tokens,
                            cfg.verifier.engine.max_model_len, logits=False)
-    generator = SimGenerator(gen_engine, workload)
     verifier = SimVerifier(ver_engine, workload, sizes.offload_s,
                            incremental=cfg.runtime.incremental_verification)
     return generator, verifier

@@ -2,7 +2,9 @@
 
 The runtime drives it exactly like the vLLM backend (add_sequence / step / abort); the text of
 a sequence is fixed by (prompt + path, seed) through `Workload.stream`, and the time by the
-roofline of the batches the engine actually ran.
+roofline of the batches the engine actually ran. Token log-probabilities, when a sequence
+asks for them, come from the workload's quality model (`Workload.token_logprob`: derailed paths
+are less confident), so the `confidence` verifier runs on the simulator too.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ class _Gen:
     text_tail: str = ""
     num_new: int = 0
     reported_cache: bool = False
+    seed: int = 0
+    on_track: bool = True
 
 
 class SimGenerator(GeneratorBackend):
@@ -74,7 +78,9 @@ class SimGenerator(GeneratorBackend):
         seq = SimSequence(seq_id, list(prompt_token_ids), priority)
         self._gens[seq_id] = _Gen(seq, params, stream,
                                   min(self.max_model_len, len(prompt_token_ids) + params.max_tokens),
-                                  max((len(s) for s in params.stop), default=1))
+                                  max((len(s) for s in params.stop), default=1), seed=seed,
+                                  on_track=params.logprobs and self.workload.on_track(
+                                      prompt_token_ids))
         self.engine.add(seq)
 
     def step(self) -> list[SequenceUpdate]:
@@ -92,6 +98,10 @@ class SimGenerator(GeneratorBackend):
                 up.finished, up.finish_reason = True, "eos"
             else:
                 up.new_token_ids = [t]
+                if g.params.logprobs:
+                    g.on_track = g.on_track and not self.workload.derails(t)
+                    up.new_logprobs = [self.workload.token_logprob(
+                        t, g.on_track, g.seed, len(seq.token_ids))]
                 text = self._text.get(t)
                 if text is None:
                     text = self._text[t] = tok.decode([t])

@@ -17,6 +17,13 @@ Scores (the PRM): step k of a path gets sigmoid(+-margin + e_k), + when its mark
 track; the noise e_k follows an AR(1) along the path (e_k = rho e_{k-1} + sqrt(1 - rho^2) sigma
 z_k, z_k a hash of the path up to step k), so consecutive steps' scores are correlated (FastTTS
 section 4.1.1 relies on this) and deterministic per (path, step).
+
+Token log-probabilities (the generator's confidence, asked for by the `confidence` verifier):
+each sampled token gets log sigmoid(confidence_logit +- confidence_margin + confidence_noise z),
++ while the path is on track, z a hash of (seed, position, token), so a derailed path is less
+confident on average and the same token at the same place of the same stream always gets the
+same value (speculative head starts carry exactly what the child would have sampled). The
+constants are assumptions, not fitted to a model.
 """
 
 from __future__ import annotations
@@ -86,6 +93,9 @@ class WorkloadModel(BaseModel):
         score_noise: standard deviation of the PRM logit noise.
         score_corr: correlation of the noise between consecutive steps (AR(1) rho).
         num_wrong_answers: distinct wrong answers a problem's derailed paths give.
+        confidence_logit: logit of a sampled token's probability, before the track offset.
+        confidence_margin: its offset, + on track, - derailed.
+        confidence_noise: standard deviation of its per-token noise.
         source: "parametric" or the trace the numbers were fitted from.
     """
 
@@ -103,6 +113,9 @@ class WorkloadModel(BaseModel):
     score_noise: float = Field(default=1.2, ge=0)
     score_corr: float = Field(default=0.7, ge=0, lt=1)
     num_wrong_answers: int = Field(default=6, ge=1)
+    confidence_logit: float = 2.0
+    confidence_margin: float = Field(default=0.75, ge=0)
+    confidence_noise: float = Field(default=2.0, ge=0)
     source: str = "parametric"
 
     @classmethod
@@ -258,6 +271,26 @@ class Workload:
             if final:
                 return
             ids += step
+
+    def token_logprob(self, token: int, on_track: bool, seed: int, position: int) -> float:
+        """The simulated log-probability (nats, < 0) of sampling `token` at `position` of a
+        sequence of `seed` (module docstring)."""
+        m = self.model
+        z = random.Random(_h("lp", seed, position, token)).gauss(0.0, 1.0)
+        logit = (m.confidence_logit + (m.confidence_margin if on_track else -m.confidence_margin)
+                 + m.confidence_noise * z)
+        return -math.log1p(math.exp(-logit)) if logit > -30 else logit
+
+    @staticmethod
+    def on_track(token_ids: list[int]) -> bool:
+        """Whether the path in `token_ids` (prompt + path) is still on track (no derailed
+        step marker in it)."""
+        return _OFF_ID not in token_ids[tok.split_prompt(token_ids)[1]:]
+
+    @staticmethod
+    def derails(token: int) -> bool:
+        """Whether `token` is the marker of a derailed step."""
+        return token == _OFF_ID
 
     def score_steps(self, problem: str, steps: tuple[str, ...]) -> list[float]:
         """PRM score in (0, 1) of every step of a path (module docstring)."""
