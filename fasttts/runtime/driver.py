@@ -148,21 +148,27 @@ class EngineInfo:
         return self._driver.engine.clock_kind
 
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        """Token ids of a chat with the generation prompt appended."""
         return self._driver.engine.encode_chat(messages)
 
     def decode(self, token_ids: list[int]) -> str:
+        """Text of `token_ids`."""
         return self._driver.engine.decode(token_ids)
 
     def num_waiting(self) -> int:
+        """Sequences queued in the engine and not yet running."""
         return self._driver.engine.num_waiting()
 
     def num_arrivals(self) -> int:
+        """Searches the driver has taken so far (SBE stops speculating when it grows)."""
         return self._driver.num_arrivals
 
     def cache_stats(self):
+        """The engine's `CacheStats` (KV blocks, prefix-cache and preemption counters)."""
         return self._driver.engine.cache_stats()
 
     def now(self) -> float:
+        """The engine's clock (s; wall or simulated)."""
         return self._driver.engine.now()
 
 

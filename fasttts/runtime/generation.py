@@ -42,8 +42,9 @@ class StepRequest:
         max_tokens: most tokens one path may hold in total (tokens).
         stop: stop strings of this iteration (empty in the last iteration: to the end).
         seed: base seed; with the beam's parent and branch it gives the sequence's seed.
-        ordered_priorities: give the i-th beam engine priority i, so a memory-bound engine
-            admits beams in the submitted order (prefix-aware scheduling); else all 0.
+        ordered_priorities: give the i-th beam rank i (`fasttts.runtime.priorities`), so a
+            memory-bound engine admits beams in the submitted order (prefix-aware
+            scheduling); else all rank 0.
         tag: added to the sequence ids of this call (e.g. "la1" for lookahead rollouts), so
             extra generations of the same beams in one iteration get distinct ids.
     """
@@ -131,34 +132,20 @@ def generate_step(
     """
     phase = _Phase(generator, req)
     yield Generate(add=phase.submit(beams), step=False)
-    pending = set(phase.by_seq)
-    slots = min(len(pending), generator.max_num_seqs) or 1
+    slots = min(len(phase.pending), generator.max_num_seqs) or 1
     try:
         if speculator is not None:
             speculator.begin(
                 generator, beams, req.iteration, req.prompt_ids,
                 lambda b, j: phase.params(b, b.beam_id, j, (req.step_delimiter,)), slots)
         add, abort = [], []
-        while pending:
+        while phase.pending:
             updates = yield Generate(add=add, abort=abort)
-            trace.record(generator.now(), len(pending),
+            trace.record(generator.now(), len(phase.pending),
                          speculator.running() if speculator else 0, slots)
-            for up in updates:
-                beam = phase.by_seq.get(up.seq_id)
-                if beam is None:
-                    if speculator is not None and speculator.owns(up.seq_id):
-                        trace.tokens += len(up.new_token_ids)
-                        speculator.consume(up)
-                    continue
-                trace.tokens += len(up.new_token_ids)
-                if phase.take(beam, up):
-                    pending.discard(up.seq_id)
-                    if speculator is not None:
-                        speculator.standard_done(beam, up.finish_reason)
-            if speculator is None:
-                add, abort = [], []
-            else:
-                add, abort = (speculator.fill(generator, len(pending)) if pending
+            phase.route(updates, trace, speculator)
+            if speculator is not None:
+                add, abort = (speculator.fill(generator, len(phase.pending)) if phase.pending
                               else ([], speculator.end()))
         if abort:
             yield Generate(abort=abort, step=False)
@@ -182,6 +169,7 @@ class _Phase:
         self.new_text: dict[str, str] = {}
         self.pieces: dict[str, list[tuple[int, int]]] = {}
         self.head_scores: dict[str, list[float]] = {}
+        self.pending: set[str] = set()  # standard sequences still generating their step
         self.room = generator.max_model_len - len(req.prompt_ids)
 
     def params(self, beam: Beam, parent_id: int | None, branch: int,
@@ -222,9 +210,28 @@ class _Phase:
             adds.append(NewSequence(seq_id, req.prompt_ids + beam.token_ids, p,
                                     rank=position if req.ordered_priorities else 0))
             self.by_seq[seq_id], self.new_text[seq_id], self.pieces[seq_id] = beam, text0, pieces0
+            self.pending.add(seq_id)
             if head is not None and head.finish_reason == "stop":
                 self.head_scores[seq_id] = head.step_scores
         return adds
+
+    def route(self, updates: list[SequenceUpdate], trace: GenerationTrace,
+              speculator: SpeculativeBeamExtension | None) -> None:
+        """One engine step's updates: standard ones to their beams (a finished step leaves
+        `pending` and may make its beam a speculative candidate), speculative ones to the
+        speculator; every token counts in `trace`."""
+        for up in updates:
+            beam = self.by_seq.get(up.seq_id)
+            if beam is None:
+                if speculator is not None and speculator.owns(up.seq_id):
+                    trace.tokens += len(up.new_token_ids)
+                    speculator.consume(up)
+                continue
+            trace.tokens += len(up.new_token_ids)
+            if self.take(beam, up):
+                self.pending.discard(up.seq_id)
+                if speculator is not None:
+                    speculator.standard_done(beam, up.finish_reason)
 
     def take(self, beam: Beam, up: SequenceUpdate) -> bool:
         """Add a standard sequence's update to its beam; True when the beam's step ended."""

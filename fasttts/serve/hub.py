@@ -111,11 +111,6 @@ class EngineHub:
         return self.driver.num_steps
 
     @property
-    def num_arrivals(self) -> int:
-        """Requests taken by the driver so far."""
-        return self.driver.num_arrivals
-
-    @property
     def num_sequences(self) -> int:
         """Sequences of all requests in the engine now."""
         return len(self.driver.sequence_ids)
