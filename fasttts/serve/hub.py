@@ -156,7 +156,11 @@ class EngineHub:
                 if stopping:
                     self._cancel_all(RequestCancelled("the server is shutting down"))
                     return
-                self.driver.advance()
+                try:
+                    self.driver.advance()
+                except Exception as exc:  # noqa: BLE001 - e.g. an abort on a broken engine
+                    logger.exception("the driver loop failed; restarting the engine")
+                    self._engine_failed(exc)
             if self.after_step is not None:
                 self.after_step()
 
@@ -181,12 +185,12 @@ class EngineHub:
             self.driver.cancel(task, exc)
 
     def _engine_failed(self, exc: Exception) -> None:
-        """The engine raised in a step: fail its searches, close it, rebuild it (module
-        docstring)."""
+        """The engine raised in a step: close it, rebuild it, then end the searches that
+        were using it (module docstring), so a client that hears of the failure finds the
+        new engine in place."""
         self.last_error = f"{type(exc).__name__}: {exc}"
         failure = EngineFailure(f"the generator engine failed ({self.last_error}); it is "
                                 f"being restarted, retry the request")
-        self.driver.fail_engine_users(failure, abort=False)
         try:
             self.driver.engine.close()
         except Exception:  # noqa: BLE001 - a broken engine may fail to close too
@@ -198,6 +202,8 @@ class EngineHub:
         except Exception as build_exc:  # noqa: BLE001
             self.available = False
             self.last_error = f"restart failed: {type(build_exc).__name__}: {build_exc}"
+        self.driver.fail_engine_users(failure, abort=False)
+        if not self.available:
             self._cancel_all(failure)
             with self._wake:
                 self._stop = True

@@ -194,6 +194,8 @@ class Scheduler:
     def admit(self) -> None:
         """Start queued requests while there is room (module docstring); runs in the driver
         thread (`EngineHub.after_step`)."""
+        if not self._queue:  # the common case after an engine step: no lock taken
+            return
         with self._lock:
             while (self._queue and len(self._active) < self.max_active
                    and (not self._active or self._engine_waiting() == 0)):
