@@ -103,6 +103,9 @@ class Task:
         arrival: its arrival index (set when the driver takes it).
         result, error: its return value, or the exception it ended with.
         done: whether it ended.
+
+    The other fields are the driver's books: its engine ids, what it waits for, the
+    updates it has not taken yet, and what it is resumed with next.
     """
 
     search: Search

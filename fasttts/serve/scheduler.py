@@ -35,9 +35,9 @@ from pydantic import ValidationError
 
 from fasttts.beam import Beam
 from fasttts.config import RuntimeConfig, SearchConfig
+from fasttts.runtime.driver import Task
 from fasttts.runtime.loop import SearchRunner
 from fasttts.runtime.memory_planner import PlanError
-from fasttts.runtime.driver import Task
 from fasttts.serve.hub import EngineHub, RequestCancelled
 from fasttts.verifiers.base import ScoreRequest, Verifier
 
