@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Callable, Generator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -183,6 +184,8 @@ class Driver:
         verifier: the PRM (None: searches that never wish `Score`).
         on_engine_error: called with the exception when an engine step raises (a server
             rebuilds the engine); default: every search using the engine ends with it.
+        while_scoring: makes the context each verifier call runs in (a server releases its
+            engine-state lock there: the generator engine is not touched meanwhile).
 
     Attributes:
         info: the engine as searches read it (`EngineInfo`).
@@ -193,10 +196,12 @@ class Driver:
     """
 
     def __init__(self, generator: GeneratorBackend, verifier: Verifier | None = None,
-                 on_engine_error: Callable[[Exception], None] | None = None):
+                 on_engine_error: Callable[[Exception], None] | None = None,
+                 while_scoring: Callable[[], AbstractContextManager] = nullcontext):
         self.engine = generator
         self.verifier = verifier
         self.on_engine_error = on_engine_error
+        self.while_scoring = while_scoring
         self.tasks: list[Task] = []
         self._owner: dict[str, Task] = {}
         self._arrivals = itertools.count()
@@ -329,7 +334,8 @@ class Driver:
         the call's error)."""
         flat = [r for t in tasks for r in t.wish.requests]
         try:
-            scores = self.verifier.score(flat) if flat else []
+            with self.while_scoring():
+                scores = self.verifier.score(flat) if flat else []
         except Exception as err:  # noqa: BLE001 - every search of the batch sees it
             for t in tasks:
                 t.waiting, t.wish, t.throw = None, None, err

@@ -19,12 +19,14 @@ holds the branches of every running request, as in SART's Algorithm 1 (lines 10-
   stepping resumes; requests admitted later use the new engine. Engines run in-process: a
   crash that kills the process (not an exception) takes the server down with it.
 
-Threads: the driver thread holds `cv` during each turn (engine steps, verifier calls, search
-code), so other threads read the engine's state under `cv`; commands take only a short lock.
+Threads: the driver thread holds `cv` during each turn (engine steps, search code) but not
+during verifier calls, so other threads read the generator engine's state under `cv`;
+commands take only a short lock of their own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections import deque
@@ -73,7 +75,8 @@ class EngineHub:
 
     Attributes:
         driver: the driver loop (`fasttts.runtime.driver.Driver`).
-        cv: held by the driver thread during each turn; hold it to read engine state.
+        cv: held by the driver thread during each turn but its verifier calls; hold it to
+            read the generator engine's state.
         num_restarts: engines rebuilt after a failure.
         last_error: the last engine failure (text), None if none.
         available: False once an engine could not be rebuilt (the hub stopped).
@@ -82,9 +85,10 @@ class EngineHub:
     def __init__(self, build: Callable[[], GeneratorBackend], verifier: Verifier | None = None,
                  after_step: Callable[[], None] | None = None):
         self._build = build
-        self.driver = Driver(build(), verifier, on_engine_error=self._engine_failed)
-        self.after_step = after_step
         self.cv = threading.Condition(threading.RLock())
+        self.driver = Driver(build(), verifier, on_engine_error=self._engine_failed,
+                             while_scoring=self._released)
+        self.after_step = after_step
         self._wake = threading.Condition(threading.Lock())
         self._commands: deque[tuple[str, Task, object]] = deque()
         self._poked = False
@@ -179,6 +183,16 @@ class EngineHub:
                 if arg is not None:
                     arg()
                 self.driver.add(task)
+
+    @contextlib.contextmanager
+    def _released(self):
+        """`cv` released around a verifier call (readers of the generator engine need not
+        wait for the PRM)."""
+        self.cv.release()
+        try:
+            yield
+        finally:
+            self.cv.acquire()
 
     def _cancel_all(self, exc: BaseException) -> None:
         for task in list(self.driver.tasks):
