@@ -14,8 +14,9 @@ __all__ = ["FastTTS"]
 class FastTTS:
     """A generator, a verifier and a search, ready to solve problems.
 
-    The configuration was checked when it was built (`fasttts.config`), so a bad one fails
-    before any engine is built. Use as a context manager, or call `close()`, to free the engines.
+    Each `solve` runs the driver loop with one search (`fasttts.runtime.driver`: the search
+    wishes sequences and scores, the driver steps the engines). The configuration was checked
+    when it was built (`fasttts.config`), so a bad one fails before any engine is built. Use as a context manager, or call `close()`, to free the engines.
     With `runtime.memory_planner` on and engines built here, the plan follows the workload
     between problems (`fasttts.runtime.replan`): `plan` is the plan in force and `replans`
     lists every change applied.

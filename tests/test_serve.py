@@ -311,8 +311,7 @@ def test_a_new_request_stops_running_speculation():
                                                           beam_width=4, max_tokens=2048)))
 
         def speculative():
-            with st.hub.cv:
-                return [e for e in st.hub._owner if "/spec" in e]
+            return [e for e in st.hub.driver.sequence_ids if "/spec" in e]
 
         deadline = time.monotonic() + 60
         while not speculative() and time.monotonic() < deadline:
@@ -321,26 +320,24 @@ def test_a_new_request_stops_running_speculation():
         # the new request arrives when it is admitted (the scheduler may hold it back while
         # the engine has waiting sequences): count engine steps from that moment
         admitted_at = []
-        view = st.hub.view
+        start = st.hub.start
 
-        def admit_view(request_id):
-            with st.hub.cv:  # no engine step between the admission and the count
-                v = view(request_id)
-                admitted_at.append(st.hub.num_steps)
-                return v
+        def admit_start(request_id, *args, **kw):
+            admitted_at.append(st.hub.num_steps)  # (the driver thread: between two steps)
+            return start(request_id, *args, **kw)
 
-        st.hub.view = admit_view
+        st.hub.start = admit_start
         # ... to the step at which request a aborts its speculative sequences
         aborted_at = []
-        abort = a.view.abort
+        abort = st.hub.engine.abort
 
         def record_abort(seq_ids):
-            with st.hub.cv:
-                if any("/spec" in s for s in seq_ids) and not aborted_at:
-                    aborted_at.append(st.hub.num_steps)
-                abort(seq_ids)
+            if any(s.startswith(f"{a.id}::") and "/spec" in s for s in seq_ids) \
+                    and not aborted_at:
+                aborted_at.append(st.hub.num_steps)
+            abort(seq_ids)
 
-        a.view.abort = record_abort
+        st.hub.engine.abort = record_abort
         b = st.scheduler.submit(Job(PROBLEM, SearchConfig(method="self_consistency", n=8,
                                                           max_tokens=256)))
         deadline = time.monotonic() + 60
@@ -356,7 +353,9 @@ def test_a_new_request_stops_running_speculation():
 
 
 def test_verifier_calls_that_wait_for_the_device_are_batched():
-    from fasttts.serve.scheduler import LockedVerifier
+    # the driver loop scores the Score wishes of every search waiting for the verifier in
+    # one call, each search getting its own scores back
+    from fasttts.runtime.driver import Driver, Score, Task
     from fasttts.verifiers.base import ScoreRequest, Verifier
 
     class Recording(Verifier):
@@ -367,25 +366,18 @@ def test_verifier_calls_that_wait_for_the_device_are_batched():
             self.calls.append([r.problem for r in requests])
             return [[float(len(r.problem))] for r in requests]
 
-    device = threading.Lock()
-    ver = LockedVerifier(Recording(), device)
-    out = {}
-    device.acquire()  # the generator is stepping: three callers queue up
-    threads = [threading.Thread(target=lambda p=p: out.__setitem__(
-        p, ver.score([ScoreRequest(p, ("s",)), ScoreRequest(p + p, ("s",))])))
-        for p in ("a", "bb", "ccc")]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + 10
-    while len(ver._pending) < 3 and time.monotonic() < deadline:
-        time.sleep(0.001)
-    device.release()
-    for t in threads:
-        t.join()
-    assert len(ver.inner.calls) == 1 and sorted(ver.inner.calls[0]) == sorted(
+    def search(p):
+        return (yield Score([ScoreRequest(p, ("s",)), ScoreRequest(p + p, ("s",))]))
+
+    ver = Recording()
+    driver = Driver(None, ver)
+    tasks = [driver.add(Task(search(p))) for p in ("a", "bb", "ccc")]
+    while driver.advance():
+        pass
+    assert len(ver.calls) == 1 and sorted(ver.calls[0]) == sorted(
         ["a", "aa", "bb", "bbbb", "ccc", "cccccc"])
-    assert out == {"a": [[1.0], [2.0]], "bb": [[2.0], [4.0]], "ccc": [[3.0], [6.0]]}
-    assert ver.num_calls == 1 and ver.num_merged == 2
+    assert [t.result for t in tasks] == [[[1.0], [2.0]], [[2.0], [4.0]], [[3.0], [6.0]]]
+    assert driver.num_score_calls == 1 and driver.num_merged == 2
 
 
 def test_the_planner_sets_the_caps_for_the_requests_searching_now():

@@ -2,7 +2,9 @@
 
 This is the baseline mechanism (search-and-learn on vLLM): all beams of the iteration are
 submitted to the engine at once and the engine is stepped until every one has finished its
-step; vLLM batches them continuously. The trace of running sequences per engine step is kept,
+step; vLLM batches them continuously. The phase is a part of a search run by the driver loop
+(`fasttts.runtime.driver`): it wishes its sequences and engine steps and never steps the
+engine itself. The trace of running sequences per engine step is kept,
 so batch occupancy can be reported (FastTTS Fig. 4 / Fig. 17 left).
 """
 
@@ -11,13 +13,14 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from fasttts.backends.base import GenerationParams, GeneratorBackend
+from fasttts.backends.base import GenerationParams, GeneratorBackend, SequenceUpdate
 from fasttts.beam import Beam
 from fasttts.runtime import token_logprobs
+from fasttts.runtime.driver import Driver, Generate, NewSequence, Search
 from fasttts.runtime.spec_beam_extension import SpeculativeBeamExtension
 from fasttts.steps import has_final_answer, split_steps
 
-__all__ = ["GenerationTrace", "StepRequest", "beam_seed", "extend_beams"]
+__all__ = ["GenerationTrace", "StepRequest", "beam_seed", "extend_beams", "generate_step"]
 
 
 def beam_seed(base_seed: int, problem_id: str, parent_id: int | None, branch: int) -> int:
@@ -40,8 +43,9 @@ class StepRequest:
         max_tokens: most tokens one path may hold in total (tokens).
         stop: stop strings of this iteration (empty in the last iteration: to the end).
         seed: base seed; with the beam's parent and branch it gives the sequence's seed.
-        ordered_priorities: give the i-th beam engine priority i, so a memory-bound engine
-            admits beams in the submitted order (prefix-aware scheduling); else all 0.
+        ordered_priorities: give the i-th beam rank i (`fasttts.runtime.priorities`), so a
+            memory-bound engine admits beams in the submitted order (prefix-aware
+            scheduling); else all rank 0.
         tag: added to the sequence ids of this call (e.g. "la1" for lookahead rollouts), so
             extra generations of the same beams in one iteration get distinct ids.
         logprobs: ask for the sampled tokens' log-probabilities and keep them on the beams
@@ -88,7 +92,26 @@ def extend_beams(
     trace: GenerationTrace,
     speculator: SpeculativeBeamExtension | None = None,
 ) -> None:
-    """Generate the next step of every beam in place (text, tokens, steps, finish state).
+    """`generate_step` run to its end by a driver of its own over `generator` (one search
+    alone, `fasttts.runtime.driver.Driver.run`); the arguments are `generate_step`'s.
+
+    Raises:
+        whatever the engine raised; every sequence this call added is aborted first (no KV
+        blocks are leaked).
+    """
+    Driver(generator).run(generate_step(generator, beams, req, trace, speculator))
+
+
+def generate_step(
+    generator: GeneratorBackend,
+    beams: list[Beam],
+    req: StepRequest,
+    trace: GenerationTrace,
+    speculator: SpeculativeBeamExtension | None = None,
+) -> Search:
+    """Generate the next step of every beam in place (text, tokens, steps, finish state), as
+    a search part that wishes its sequences and engine steps from the driver
+    (`fasttts.runtime.driver`); `generator` is only read.
 
     Phase 1 (continuous beam batching, FastTTS section 4.1.2): every beam gets one sequence,
     all submitted at once, and the engine is stepped until each has finished its step. With a
@@ -101,31 +124,74 @@ def extend_beams(
 
     A beam finishes when the engine emits end-of-sequence ("eos"), the path reaches its token
     budget or the context limit ("length"), the new text holds a complete `\\boxed{}` answer
-    ("answer"), or the new step is empty ("empty"). On any error, every sequence this call
-    added is aborted before the error propagates (no KV blocks are leaked).
+    ("answer"), or the new step is empty ("empty"). On any error the driver aborts every
+    sequence of the search before the error propagates.
 
     Args:
-        generator: the engine.
+        generator: the engine (read only: context length, batch slots, clock, state).
         beams: unfinished beams; each gets one sequence.
         req: sampling and stopping parameters of this iteration.
         trace: receives per-step occupancy samples and the token count.
         speculator: speculative beam extension, or None (baseline).
     """
-    by_seq: dict[str, Beam] = {}
-    new_text: dict[str, str] = {}
-    pieces: dict[str, list[tuple[int, int]]] = {}
-    head_scores: dict[str, list[float]] = {}
-    room = generator.max_model_len - len(req.prompt_ids)
+    phase = _Phase(generator, req)
+    yield Generate(add=phase.submit(beams), step=False)
+    slots = min(len(phase.pending), generator.max_num_seqs) or 1
+    try:
+        if speculator is not None:
+            speculator.begin(
+                generator, beams, req.iteration, req.prompt_ids,
+                lambda b, j: phase.params(b, b.beam_id, j, (req.step_delimiter,)), slots)
+        add, abort = [], []
+        while phase.pending:
+            updates = yield Generate(add=add, abort=abort)
+            trace.record(generator.now(), len(phase.pending),
+                         speculator.running() if speculator else 0, slots)
+            phase.route(updates, trace, speculator)
+            if speculator is not None:
+                add, abort = (speculator.fill(generator, len(phase.pending)) if phase.pending
+                              else ([], speculator.end()))
+        if abort:
+            yield Generate(abort=abort, step=False)
+    except BaseException:
+        if speculator is not None:
+            speculator.end()  # the driver aborts the search's sequences
+        raise
 
-    def params(beam: Beam, parent_id: int | None, branch: int, stop) -> GenerationParams | None:
-        budget = min(req.max_tokens, room) - beam.num_tokens
+
+class _Phase:
+    """The standard sequences of one generation phase and what each generated so far.
+
+    Args:
+        generator: the engine (its context length).
+        req: the phase's step request.
+    """
+
+    def __init__(self, generator: GeneratorBackend, req: StepRequest):
+        self.req = req
+        self.by_seq: dict[str, Beam] = {}
+        self.new_text: dict[str, str] = {}
+        self.pieces: dict[str, list[tuple[int, int]]] = {}
+        self.head_scores: dict[str, list[float]] = {}
+        self.pending: set[str] = set()  # standard sequences still generating their step
+        self.room = generator.max_model_len - len(req.prompt_ids)
+
+    def params(self, beam: Beam, parent_id: int | None, branch: int,
+               stop) -> GenerationParams | None:
+        """Sampling parameters of a sequence extending `beam` (the stream of `parent_id`'s
+        child `branch`); None when the path has no token budget left."""
+        req = self.req
+        budget = min(req.max_tokens, self.room) - beam.num_tokens
         if budget <= 0:
             return None
         return GenerationParams(max_tokens=budget, temperature=req.temperature, top_p=req.top_p,
                                 seed=beam_seed(req.seed, req.problem_id, parent_id, branch),
                                 stop=stop, logprobs=req.logprobs)
 
-    try:
+    def submit(self, beams: list[Beam]) -> list[NewSequence]:
+        """One sequence per beam that needs one; head starts are taken first (see
+        `generate_step`). Beams out of budget finish ("length")."""
+        req, adds = self.req, []
         for position, beam in enumerate(beams):
             head, text0, pieces0 = beam.head_start, "", []
             beam.head_start = None
@@ -139,57 +205,50 @@ def extend_beams(
                     _finish_step(beam, head.text, head.finish_reason, req, pieces0)
                     _take_scores(beam, head.step_scores)
                     continue
-            p = params(beam, beam.parent_id, beam.branch, req.stop)
+            p = self.params(beam, beam.parent_id, beam.branch, req.stop)
             if p is None:
                 if text0:
                     _finish_step(beam, text0, "length", req, pieces0)
                 beam.finished, beam.finish_reason = True, "length"
                 continue
             seq_id = f"{req.problem_id}/it{req.iteration}{req.tag}/b{beam.beam_id}"
-            generator.add_sequence(seq_id, req.prompt_ids + beam.token_ids, p,
-                                   priority=position if req.ordered_priorities else 0)
-            by_seq[seq_id], new_text[seq_id], pieces[seq_id] = beam, text0, pieces0
+            adds.append(NewSequence(seq_id, req.prompt_ids + beam.token_ids, p,
+                                    rank=position if req.ordered_priorities else 0))
+            self.by_seq[seq_id], self.new_text[seq_id], self.pieces[seq_id] = beam, text0, pieces0
+            self.pending.add(seq_id)
             if head is not None and head.finish_reason == "stop":
-                head_scores[seq_id] = head.step_scores
-        pending = set(by_seq)
-        slots = min(len(by_seq), generator.max_num_seqs) or 1
-        if speculator is not None:
-            speculator.begin(
-                generator, beams, req.iteration, req.prompt_ids,
-                lambda b, j: params(b, b.beam_id, j, (req.step_delimiter,)), slots)
-        while pending:
-            updates = generator.step()
-            trace.record(generator.now(), len(pending),
-                         speculator.running() if speculator else 0, slots)
-            for up in updates:
-                beam = by_seq.get(up.seq_id)
-                if beam is None:
-                    if speculator is not None and speculator.owns(up.seq_id):
-                        trace.tokens += len(up.new_token_ids)
-                        speculator.consume(up)
-                    continue
-                beam.token_ids.extend(up.new_token_ids)
-                token_logprobs.extend(beam, up)
-                trace.tokens += len(up.new_token_ids)
-                pieces[up.seq_id].append((len(new_text[up.seq_id]), len(up.new_token_ids)))
-                new_text[up.seq_id] += up.new_text
-                if up.finished:
-                    pending.discard(up.seq_id)
-                    _finish_step(beam, new_text[up.seq_id], up.finish_reason, req,
-                                 pieces[up.seq_id])
-                    _take_scores(beam, head_scores.get(up.seq_id, []))
-                    if speculator is not None:
-                        speculator.standard_done(beam, up.finish_reason)
-            if speculator is not None:
-                if pending:
-                    speculator.fill(generator, len(pending))
-                else:
-                    speculator.end(generator)
-    except BaseException:
-        generator.abort(list(by_seq))
-        if speculator is not None:
-            speculator.end(generator)
-        raise
+                self.head_scores[seq_id] = head.step_scores
+        return adds
+
+    def route(self, updates: list[SequenceUpdate], trace: GenerationTrace,
+              speculator: SpeculativeBeamExtension | None) -> None:
+        """One engine step's updates: standard ones to their beams (a finished step leaves
+        `pending` and may make its beam a speculative candidate), speculative ones to the
+        speculator; every token counts in `trace`."""
+        for up in updates:
+            beam = self.by_seq.get(up.seq_id)
+            if beam is None:
+                if speculator is not None and speculator.owns(up.seq_id):
+                    trace.tokens += len(up.new_token_ids)
+                    speculator.consume(up)
+                continue
+            trace.tokens += len(up.new_token_ids)
+            if self.take(beam, up):
+                self.pending.discard(up.seq_id)
+                if speculator is not None:
+                    speculator.standard_done(beam, up.finish_reason)
+
+    def take(self, beam: Beam, up: SequenceUpdate) -> bool:
+        """Add a standard sequence's update to its beam; True when the beam's step ended."""
+        beam.token_ids.extend(up.new_token_ids)
+        token_logprobs.extend(beam, up)
+        self.pieces[up.seq_id].append((len(self.new_text[up.seq_id]), len(up.new_token_ids)))
+        self.new_text[up.seq_id] += up.new_text
+        if up.finished:
+            _finish_step(beam, self.new_text[up.seq_id], up.finish_reason, self.req,
+                         self.pieces[up.seq_id])
+            _take_scores(beam, self.head_scores.get(up.seq_id, []))
+        return up.finished
 
 
 def _take_scores(beam: Beam, scores: list[float]) -> None:

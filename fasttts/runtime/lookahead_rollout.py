@@ -15,24 +15,26 @@ import dataclasses
 
 from fasttts.backends.base import GeneratorBackend
 from fasttts.beam import Beam
-from fasttts.runtime.generation import GenerationTrace, StepRequest, extend_beams
+from fasttts.runtime.driver import Search
+from fasttts.runtime.generation import GenerationTrace, StepRequest, generate_step
 
 __all__ = ["lookahead_rollouts"]
 
 
 def lookahead_rollouts(generator: GeneratorBackend, beams: list[Beam], k: int, req: StepRequest,
-                       trace: GenerationTrace) -> dict[int, Beam]:
-    """Roll each unfinished beam out by up to k greedy steps.
+                       trace: GenerationTrace) -> Search:
+    """Roll each unfinished beam out by up to k greedy steps (a search part: it wishes its
+    generation from the driver, `fasttts.runtime.driver`).
 
     Args:
-        generator: the engine.
+        generator: the engine (read only).
         beams: the beams to look ahead from (finished ones are skipped).
         k: lookahead steps (>= 1).
         req: this iteration's step request (its stop string and budget are kept; temperature
             becomes 0).
         trace: receives the rollout tokens.
 
-    Returns:
+    Returns (as the generator's return value):
         beam_id -> the rolled-out copy (same id and steps, plus up to k more steps).
     """
     copies = {b.beam_id: dataclasses.replace(
@@ -42,6 +44,6 @@ def lookahead_rollouts(generator: GeneratorBackend, beams: list[Beam], k: int, r
         live = [c for c in copies.values() if not c.finished]
         if not live:
             break
-        extend_beams(generator, live, dataclasses.replace(
+        yield from generate_step(generator, live, dataclasses.replace(
             req, temperature=0.0, ordered_priorities=False, tag=f"la{j}"), trace)
     return copies

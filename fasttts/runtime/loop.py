@@ -5,6 +5,10 @@ the new steps with the PRM (verification), and lets the search keep the best (se
 until every path is finished or the iteration budget is spent (the last iteration generates
 to the end). Times are read from the generator backend's clock, so the same loop reports
 wall-clock seconds on vLLM and virtual seconds on the simulator.
+
+The loop is a resumable state machine (`SearchRunner.search`): it wishes sequences and scores
+from the driver loop (`fasttts.runtime.driver`), which owns the engines and runs one search
+(`SearchRunner.run`, `fasttts eval` / `solve`) or many (`fasttts serve`).
 """
 
 from __future__ import annotations
@@ -16,13 +20,15 @@ from fasttts.backends.base import CacheStats, GeneratorBackend
 from fasttts.beam import Beam
 from fasttts.config import RuntimeConfig, SearchConfig
 from fasttts.progress import IterationProgress
-from fasttts.runtime.generation import GenerationTrace, StepRequest, extend_beams
+from fasttts.runtime.driver import Driver, Score, Search
+from fasttts.runtime.generation import GenerationTrace, StepRequest, generate_step
 from fasttts.runtime.lookahead_verification import plan_requests
 from fasttts.runtime.lookahead_rollout import lookahead_rollouts
 from fasttts.runtime.prefix_scheduling import baseline_order, prefix_aware_order, schedule_cost
 from fasttts.runtime.spec_beam_extension import SpeculativeBeamExtension
 from fasttts.runtime.token_logprobs import outcome_request
 from fasttts.search import make_strategy
+from fasttts.search.base import SearchStrategy
 from fasttts.steps import build_messages
 from fasttts.verifiers.base import Verifier, aggregate
 
@@ -95,11 +101,40 @@ class SearchResult:
         return self.end_time - self.start_time
 
 
+@dataclass
+class _SearchState:
+    """One problem's search as it runs: its strategy and the counters of its `SearchResult`
+    (see there for their meaning)."""
+
+    problem: str
+    problem_id: str
+    prompt_ids: list[int]
+    strategy: SearchStrategy
+    start: float
+    cache_before: CacheStats
+    verifier_before: CacheStats | None
+    sbe: SpeculativeBeamExtension | None = None
+    trace: GenerationTrace = field(default_factory=GenerationTrace)
+    gen_time: float = 0.0
+    ver_time: float = 0.0
+    num_sequences: int = 0
+    num_lookahead: int = 0
+    cost: int = 0
+    tree_tokens: int = 0
+    own: dict[int, int] = field(default_factory=dict)  # tokens each node generated
+    previous: list[int] = field(default_factory=list)  # generator's last submission order
+    prm_previous: list[int] = field(default_factory=list)  # and the PRM's
+
+
 class SearchRunner:
     """Runs one search configuration over problems with a generator and a verifier.
 
+    The search of a problem is a state machine (`search`) that wishes its generation and
+    scoring from the driver loop (`fasttts.runtime.driver`); `run` drives it alone. The
+    runner only reads `generator` (context, clock, state) and `verifier` (cache counters).
+
     Args:
-        generator: the generator backend.
+        generator: the generator backend, or a driver's read-only `EngineInfo` (server).
         verifier: the PRM.
         search: the search configuration (method and its parameters).
         agg_strategy: how step scores become a path score (`last|min|prod|mean`).
@@ -126,137 +161,173 @@ class SearchRunner:
         self.on_select = on_select
 
     def run(self, problem: str, problem_id: str = "problem", on_progress=None) -> SearchResult:
-        """Search for solutions of one problem; `on_progress`, if given, is called with an
-        `IterationProgress` after each iteration (`fasttts.progress`).
+        """Search for solutions of one problem, driving `generator` and `verifier` with a
+        driver of one search (`fasttts.runtime.driver.Driver.run`); see `search`.
 
         Raises:
             ValueError: the problem is empty.
             PromptTooLongError: the prompt does not leave room for one generated token.
         """
-        cfg = self.cfg
-        prompt_ids = self.prompt_ids(problem, problem_id)
-        strategy = make_strategy(cfg)  # per-search state starts fresh
+        return Driver(self.generator, self.verifier).run(
+            self.search(problem, problem_id, on_progress))
+
+    def search(self, problem: str, problem_id: str = "problem", on_progress=None) -> Search:
+        """The search of one problem for a driver loop (FastTTS section 3.1): iterations of
+        generate -> verify -> select until every path finished, the method stops early, or
+        the iteration budget is spent (the last iteration generates to the end).
+
+        `on_progress`, if given, is called with an `IterationProgress` after each iteration
+        (`fasttts.progress`). Returns (as the generator's return value) the `SearchResult`.
+
+        Raises (when driven):
+            ValueError: the problem is empty.
+            PromptTooLongError: the prompt does not leave room for one generated token.
+        """
+        st = self._start(problem, problem_id)
         ids = itertools.count()
-        cache_before = self.generator.cache_stats()
-        verifier_before = self.verifier.cache_stats()
-        start = self.generator.now()
-        root = Beam(beam_id=next(ids), start_time=start)
-        kept, completed = [root], []
-        trace = GenerationTrace()
-        gen_time = ver_time = 0.0
-        num_sequences = 0
-        iteration = -1
-        stopped_early = False
-        rt = self.runtime
-        sbe = (SpeculativeBeamExtension(cfg.beam_width, rt.spec_truncation_ratio, cfg.seed,
-                                        problem_id) if rt.spec_beam_extension else None)
-        num_lookahead = 0
-        previous: list[int] = []  # beam ids in the generator's last submission order
-        prm_previous: list[int] = []  # and in the PRM's
-        cost = 0
-        own: dict[int, int] = {}  # tokens each path node generated beyond its parent's
-        tree_tokens = 0
-        for iteration in range(strategy.num_iterations):
-            last = iteration == strategy.num_iterations - 1
-            children = strategy.expand(kept, iteration, lambda: next(ids))
+        kept, completed = [Beam(beam_id=next(ids), start_time=st.start)], []
+        iteration, stopped_early = -1, False
+        for iteration in range(st.strategy.num_iterations):
+            children = st.strategy.expand(kept, iteration, lambda: next(ids))
             if not children:
                 iteration -= 1
                 break
-            order = prefix_aware_order if rt.prefix_aware_scheduling else baseline_order
-            children = order(children, previous)
-            previous = [b.beam_id for b in children]
-            cost += schedule_cost([b.lineage for b in children])
-            if sbe is not None:
-                sbe.adopt(children, self.generator.decode)
-            num_sequences += len(children)
-            step_req = StepRequest(
-                prompt_ids=prompt_ids,
-                temperature=cfg.temperature,
-                top_p=cfg.top_p,
-                max_tokens=cfg.max_tokens,
-                stop=() if last else (cfg.step_delimiter,),
-                seed=cfg.seed,
-                problem_id=problem_id,
-                iteration=iteration,
-                step_delimiter=cfg.step_delimiter,
-                ordered_priorities=rt.prefix_aware_scheduling,
-                logprobs=self.verifier.needs_logprobs,
-            )
-            t0 = self.generator.now()
-            before = [len(b.token_ids) for b in children]
-            extend_beams(self.generator, children, step_req, trace,
-                         None if last else sbe)
-            tree_tokens = max(tree_tokens, self._tree_tokens(children, before, own,
-                                                             len(prompt_ids)))
-            to_score = strategy.to_verify(children, iteration)
-            rollouts = (lookahead_rollouts(self.generator, to_score, cfg.lookahead, step_req, trace)
-                        if cfg.lookahead and not last else {})
-            t1 = self.generator.now()
-            lookahead = sbe.complete_branches() if sbe is not None and rt.lookahead_verification else []
-            # The PRM always gets search-and-learn's round-robin order, with parents in the
-            # order the PRM itself saw them (whatever the generator's order): its first wave
-            # then references every parent's cached path in the order they were cached, before
-            # new blocks evict any. Grouped order: prefix-cache hit rate 0.74 vs 0.94
-            # (simulated 7B PRM, 0.75 GiB KV cache, n = 64); round-robin over parents in the
-            # generator's grouped order: verifier 3.4x slower at n = 256 (default memory).
-            prm_order = baseline_order(to_score, prm_previous)
-            prm_previous = [b.beam_id for b in prm_order]
-            num_lookahead += self._verify(problem, prm_order, lookahead,
-                                          strategy.outcome_scoring, rollouts)
-            t2 = self.generator.now()
-            gen_time += t1 - t0
-            ver_time += t2 - t1
-            live, finished = [], []
-            for beam in children:
-                beam.generator_time += t1 - t0
-                beam.verifier_time += t2 - t1
-                if beam.finished:
-                    beam.finish_time = t2
-                    finished.append(beam)
-                else:
-                    live.append(beam)
+            live, finished = yield from self._iteration(st, children, iteration)
             completed += finished
             if on_progress is not None:
-                on_progress(IterationProgress(problem_id, iteration, strategy.num_iterations,
-                                              len(live), len(completed), trace.tokens,
-                                              t2 - start))
+                on_progress(IterationProgress(problem_id, iteration, st.strategy.num_iterations,
+                                              len(live), len(completed), st.trace.tokens,
+                                              self.generator.now() - st.start))
             if not live:
                 break
-            kept = strategy.select(live, finished)
+            kept = st.strategy.select(live, finished)
             if self.on_select is not None:
                 self.on_select(iteration, kept)
-            if strategy.should_stop(completed):
+            if st.strategy.should_stop(completed):
                 stopped_early = True
                 break
-        end = self.generator.now()
+        return self._result(st, completed, iteration, stopped_early)
+
+    def _start(self, problem: str, problem_id: str) -> _SearchState:
+        """A fresh search state: the prompt checked, a fresh strategy, the counters read."""
+        prompt_ids = self.prompt_ids(problem, problem_id)
+        rt = self.runtime
+        sbe = (SpeculativeBeamExtension(self.cfg.beam_width, rt.spec_truncation_ratio,
+                                        self.cfg.seed, problem_id)
+               if rt.spec_beam_extension else None)
+        return _SearchState(problem, problem_id, prompt_ids,
+                            make_strategy(self.cfg),  # per-search state starts fresh
+                            start=self.generator.now(),
+                            cache_before=self.generator.cache_stats(),
+                            verifier_before=self.verifier.cache_stats(), sbe=sbe)
+
+    def _iteration(self, st: _SearchState, children: list[Beam], iteration: int):
+        """One generate -> verify round over `children` (a search part). Returns (as the
+        generator's return value) (live, finished): the children that go on, that finished."""
+        cfg, rt = self.cfg, self.runtime
+        last = iteration == st.strategy.num_iterations - 1
+        order = prefix_aware_order if rt.prefix_aware_scheduling else baseline_order
+        children = order(children, st.previous)
+        st.previous = [b.beam_id for b in children]
+        st.cost += schedule_cost([b.lineage for b in children])
+        if st.sbe is not None:
+            st.sbe.adopt(children, self.generator.decode)
+        st.num_sequences += len(children)
+        step_req = self._step_request(st, iteration, last)
+        t0 = self.generator.now()
+        before = [len(b.token_ids) for b in children]
+        yield from generate_step(self.generator, children, step_req, st.trace,
+                                 None if last else st.sbe)
+        st.tree_tokens = max(st.tree_tokens, self._tree_tokens(children, before, st.own,
+                                                               len(st.prompt_ids)))
+        to_score = st.strategy.to_verify(children, iteration)
+        rollouts = ((yield from lookahead_rollouts(self.generator, to_score, cfg.lookahead,
+                                                   step_req, st.trace))
+                    if cfg.lookahead and not last else {})
+        t1 = self.generator.now()
+        lookahead = (st.sbe.complete_branches()
+                     if st.sbe is not None and rt.lookahead_verification else [])
+        # The PRM always gets search-and-learn's round-robin order, with parents in the
+        # order the PRM itself saw them (whatever the generator's order): its first wave
+        # then references every parent's cached path in the order they were cached, before
+        # new blocks evict any. Grouped order: prefix-cache hit rate 0.74 vs 0.94
+        # (simulated 7B PRM, 0.75 GiB KV cache, n = 64); round-robin over parents in the
+        # generator's grouped order: verifier 3.4x slower at n = 256 (default memory).
+        prm_order = baseline_order(to_score, st.prm_previous)
+        st.prm_previous = [b.beam_id for b in prm_order]
+        st.num_lookahead += yield from self._verify(st.problem, prm_order, lookahead,
+                                                    st.strategy.outcome_scoring, rollouts)
+        return self._settle(st, children, t0, t1, self.generator.now())
+
+    def _step_request(self, st: _SearchState, iteration: int, last: bool) -> StepRequest:
+        """How the beams of `iteration` are extended (the last one: to the end)."""
+        cfg = self.cfg
+        return StepRequest(
+            prompt_ids=st.prompt_ids,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            max_tokens=cfg.max_tokens,
+            stop=() if last else (cfg.step_delimiter,),
+            seed=cfg.seed,
+            problem_id=st.problem_id,
+            iteration=iteration,
+            step_delimiter=cfg.step_delimiter,
+            ordered_priorities=self.runtime.prefix_aware_scheduling,
+            logprobs=self.verifier.needs_logprobs,
+        )
+
+    @staticmethod
+    def _settle(st: _SearchState, children: list[Beam], t0: float, t1: float,
+                t2: float) -> tuple[list[Beam], list[Beam]]:
+        """Book an iteration's generation (t0..t1) and verification (t1..t2) time (s) on
+        the search and its children, finish the finished ones at t2; (live, finished)."""
+        st.gen_time += t1 - t0
+        st.ver_time += t2 - t1
+        live, finished = [], []
+        for beam in children:
+            beam.generator_time += t1 - t0
+            beam.verifier_time += t2 - t1
+            if beam.finished:
+                beam.finish_time = t2
+                finished.append(beam)
+            else:
+                live.append(beam)
+        return live, finished
+
+    def _result(self, st: _SearchState, completed: list[Beam], iteration: int,
+                stopped_early: bool) -> SearchResult:
+        """The `SearchResult` of a search that ran `iteration + 1` iterations."""
         verifier_cache = self.verifier.cache_stats()
+        sbe = st.sbe
         return SearchResult(
-            problem_id=problem_id,
-            completions=strategy.finalize(completed),
+            problem_id=st.problem_id,
+            completions=st.strategy.finalize(completed),
             num_iterations=iteration + 1,
-            start_time=start,
-            end_time=end,
-            generator_time=gen_time,
-            verifier_time=ver_time,
-            tokens_generated=trace.tokens,
-            num_sequences=num_sequences,
-            prompt_tokens=len(prompt_ids),
-            cache=self.generator.cache_stats().since(cache_before),
-            verifier_cache=(verifier_cache.since(verifier_before)
-                            if verifier_cache is not None and verifier_before is not None else None),
-            occupancy=trace.samples,
-            mean_occupancy=trace.mean_occupancy(),
-            schedule_cost=cost,
-            tree_tokens=tree_tokens,
+            start_time=st.start,
+            end_time=self.generator.now(),
+            generator_time=st.gen_time,
+            verifier_time=st.ver_time,
+            tokens_generated=st.trace.tokens,
+            num_sequences=st.num_sequences,
+            prompt_tokens=len(st.prompt_ids),
+            cache=self.generator.cache_stats().since(st.cache_before),
+            verifier_cache=(verifier_cache.since(st.verifier_before)
+                            if verifier_cache is not None and st.verifier_before is not None
+                            else None),
+            occupancy=st.trace.samples,
+            mean_occupancy=st.trace.mean_occupancy(),
+            schedule_cost=st.cost,
+            tree_tokens=st.tree_tokens,
             clock=self.generator.clock_kind,
             stopped_early=stopped_early,
-            search_stats=strategy.stats(),
-            answer_rule=strategy.answer_rule,
+            search_stats=st.strategy.stats(),
+            answer_rule=st.strategy.answer_rule,
             spec={} if sbe is None else {
                 "spec_tokens": sbe.spec_tokens, "head_start_tokens": sbe.used_tokens,
                 "branches": sbe.num_branches, "preempted_phases": sbe.num_stopped,
                 "truncated_head_starts": sbe.num_truncated,
-                "lookahead_requests": num_lookahead, "lookahead_scores_used": sbe.num_prescored},
+                "lookahead_requests": st.num_lookahead,
+                "lookahead_scores_used": sbe.num_prescored},
         )
 
     @staticmethod
@@ -287,9 +358,10 @@ class SearchRunner:
         return ids
 
     def _verify(self, problem: str, beams: list[Beam], lookahead=(), outcome: bool = False,
-                rollouts: dict[int, Beam] | None = None) -> int:
+                rollouts: dict[int, Beam] | None = None) -> Search:
         """Score the steps each beam has not had scored yet, then set each beam's aggregated
-        score. Returns the number of LookAhead Verification requests.
+        score (a search part: it wishes one `Score` from the driver). Returns (as the
+        generator's return value) the number of LookAhead Verification requests.
 
         With LookAhead Verification, complete speculative steps ride along
         (`fasttts.runtime.lookahead_verification`). With `outcome`, a finished beam is scored once as a
@@ -298,7 +370,7 @@ class SearchRunner:
         (`fasttts.runtime.lookahead_rollout`)."""
         if outcome:
             done = [b for b in beams if b.finished]
-            scores = self.verifier.score([outcome_request(problem, b) for b in done]) if done else []
+            scores = (yield Score([outcome_request(problem, b) for b in done])) if done else []
             for beam, sc in zip(done, scores):
                 beam.score = sc[0]
             return 0
@@ -306,7 +378,7 @@ class SearchRunner:
         scored = [rollouts.get(b.beam_id, b) for b in beams]
         plan = plan_requests(problem, scored, list(lookahead), self.cfg.step_delimiter)
         if plan.requests:
-            plan.apply(self.verifier.score(plan.requests))
+            plan.apply((yield Score(plan.requests)))
         for beam, src in zip(beams, scored):
             if src is not beam:
                 beam.step_scores = src.step_scores[: len(beam.steps)]

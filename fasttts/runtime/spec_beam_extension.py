@@ -14,7 +14,9 @@ highest M_i that still has branches left (ties: fewer branches launched, then ea
 Preemptible, no tail latency (section 4.1.2): every speculative sequence is aborted the moment
 the last standard beam finishes its step; a memory preemption in the engine (or a caller's
 `preempt()`, e.g. a new request arriving) also stops all speculation for the phase. Tokens
-generated so far are kept.
+generated so far are kept. The speculator never touches the engine itself: it reads the
+engine's state and returns the sequences to add and the ids to abort, which the generation
+phase wishes from the driver (`fasttts.runtime.driver`).
 
 Equivalence: speculative branch j of beam b is sampled with the seed of b's future child of
 branch index j (`beam_seed`), and the verifier never sees speculative tokens when scoring the
@@ -36,13 +38,15 @@ from dataclasses import dataclass, field
 from fasttts.backends.base import GeneratorBackend, SequenceUpdate
 from fasttts.beam import Beam, HeadStart
 from fasttts.runtime import token_logprobs as _lp
+from fasttts.runtime.driver import NewSequence
+from fasttts.runtime.priorities import engine_priority
 
 __all__ = ["SpecBranch", "SpeculativeBeamExtension", "speculative_potentials"]
 
-#: Engine priority of speculative sequences: below every standard beam (standard beams run at
-#: 0, or at their position with prefix-aware scheduling; a larger value runs later and is
-#: preempted first).
-SPEC_PRIORITY = 1 << 20
+#: The engine priority of a speculative sequence of a search alone: after every standard beam
+#: (defined in `fasttts.runtime.priorities`; the driver computes it from
+#: `NewSequence.speculative`).
+SPEC_PRIORITY = engine_priority(speculative=True)
 
 
 def speculative_potentials(beams: list[Beam], beam_width: int) -> dict[int, int]:
@@ -179,27 +183,40 @@ class SpeculativeBeamExtension:
             br.finish_reason = up.finish_reason
             del self._live[up.seq_id]
 
-    def fill(self, generator: GeneratorBackend, standard_running: int) -> None:
+    def fill(self, generator: GeneratorBackend,
+             standard_running: int) -> tuple[list[NewSequence], list[str]]:
         """Phase 2: launch speculative branches into the free batch slots, if nothing waits.
         A memory preemption, a new request on a shared engine (`num_arrivals`) since the phase
         began, or a sequence waiting in the engine while speculation runs stops speculation for
-        the phase."""
+        the phase.
+
+        Args:
+            generator: the engine, read only.
+            standard_running: standard sequences of the phase still generating.
+
+        Returns:
+            (speculative sequences to add, seq ids to abort).
+        """
         if not self._active:
-            return
+            return [], []
         if generator.num_arrivals() != self._arrivals:
-            self.preempt(generator)
-            return
+            return [], self.preempt()
         if self._live and (generator.cache_stats().num_preemptions > self._preemptions
                            or generator.num_waiting() > 0):
-            self.preempt(generator)
-            return
+            return [], self.preempt()
         free = self._slots - standard_running - len(self._live)
         if free <= 0 or generator.num_waiting() > 0:
-            return
+            return [], []
+        return self._launch(free), []
+
+    def _launch(self, free: int) -> list[NewSequence]:
+        """Up to `free` new branches, each to the open candidate with the highest M_i (ties:
+        fewer launched, then earlier finish)."""
+        adds: list[NewSequence] = []
         while free > 0:
             open_ = [c for c in self._cands if c.launched < c.potential]
             if not open_:
-                return
+                return adds
             c = min(open_, key=lambda c: (-c.potential, c.launched, c.order))
             j = c.launched
             c.launched += 1
@@ -208,30 +225,28 @@ class SpeculativeBeamExtension:
                 continue
             seq_id = f"{self.problem_id}/it{self._iteration}/b{c.beam.beam_id}/spec{j}"
             br = SpecBranch(c.beam.beam_id, j, seq_id)
-            generator.add_sequence(seq_id, self._prompt_ids + c.beam.token_ids, params,
-                                   priority=SPEC_PRIORITY)
+            adds.append(NewSequence(seq_id, self._prompt_ids + c.beam.token_ids, params,
+                                    speculative=True))
             self._live[seq_id] = br
             self.results.setdefault(c.beam.beam_id, []).append(br)
             self.num_branches += 1
             free -= 1
+        return adds
 
-    def preempt(self, generator: GeneratorBackend) -> None:
-        """Stop all speculation now (memory pressure or a new request); tokens are kept."""
+    def preempt(self) -> list[str]:
+        """Stop all speculation now (memory pressure or a new request); tokens are kept.
+        Returns the speculative seq ids to abort."""
         if self._live:
             self.num_stopped += 1
-        self._stop(generator)
-        self._active = False
+        return self.end()
 
-    def end(self, generator: GeneratorBackend) -> None:
-        """The last standard beam finished: abort every speculative sequence (no tail
-        latency); what they generated is kept."""
-        self._stop(generator)
+    def end(self) -> list[str]:
+        """The last standard beam finished: stop every speculative sequence (no tail
+        latency); what they generated is kept. Returns the seq ids to abort."""
+        gone = list(self._live)
+        self._live.clear()
         self._active = False
-
-    def _stop(self, generator: GeneratorBackend) -> None:
-        if self._live:
-            generator.abort(list(self._live))
-            self._live.clear()
+        return gone
 
     def running(self) -> int:
         """Speculative sequences in the engine now."""

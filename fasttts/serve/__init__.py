@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import threading
-
 from fasttts.config import RunConfig
 from fasttts.engines import build_engines, restart_generator, running_cap
 from fasttts.serve.app import ServerState
 from fasttts.serve.hub import EngineHub
 from fasttts.serve.protocol import ServerLimits
-from fasttts.serve.scheduler import LockedVerifier, Scheduler
+from fasttts.serve.scheduler import Scheduler, SharedVerifier
 
 __all__ = ["build_state"]
 
@@ -17,7 +15,7 @@ __all__ = ["build_state"]
 def build_state(cfg: RunConfig, limits: ServerLimits, api_key: str | None = None,
                 max_active: int = 4, max_queue: int = 64,
                 request_timeout_s: float | None = None):
-    """Start the engines, the stepping hub and the scheduler of a server.
+    """Start the engines, the driver loop (`fasttts.serve.hub`) and the scheduler of a server.
 
     Args:
         cfg: engines, backend and FastTTS techniques (its search part is unused: each request
@@ -37,9 +35,8 @@ def build_state(cfg: RunConfig, limits: ServerLimits, api_key: str | None = None
     """
     if not limits.served_model_names:
         limits = limits.model_copy(update={"served_model_names": (cfg.generator.model,)})
-    device = threading.Lock()  # one device: no generator step during a verifier call
     engines = build_engines(cfg)
-    verifier = LockedVerifier(engines.verifier, device)
+    verifier = SharedVerifier(engines.verifier)
     first = [engines.generator]
 
     def build():
@@ -52,15 +49,15 @@ def build_state(cfg: RunConfig, limits: ServerLimits, api_key: str | None = None
         return generator
 
     try:
-        hub = EngineHub(build, device_lock=device)
+        hub = EngineHub(build, verifier)
     except BaseException:
         engines.close()
         raise
 
     def apply_plan(plan) -> None:
-        """The plan's caps on the engines, between two engine steps (a restarted engine
-        gets them at the next change)."""
-        with hub.device_lock, hub.cv:
+        """The plan's caps on the engines, between two turns of the driver loop (a restarted
+        engine gets them at the next change)."""
+        with hub.cv:
             hub.engine.set_max_running(running_cap(engines, plan))
             verifier.inner.set_batch_size(plan.b_pre)
 

@@ -111,9 +111,9 @@ def _metrics(state: ServerState) -> tuple[CollectorRegistry, dict]:
          cache("hit")),
         ("fasttts_engine_restarts", "generator engines rebuilt after a failure",
          lambda: hub.num_restarts),
-        ("fasttts_verifier_calls", "verifier batches run", lambda: sched.verifier.num_calls),
+        ("fasttts_verifier_calls", "verifier batches run", lambda: hub.driver.num_score_calls),
         ("fasttts_verifier_merged_calls", "verifier calls served inside another request's batch",
-         lambda: sched.verifier.num_merged),
+         lambda: hub.driver.num_merged),
     ):
         Gauge(name, doc, registry=reg).set_function(fn)
     return reg, {

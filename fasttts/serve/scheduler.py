@@ -4,10 +4,11 @@ SART Algorithm 1 (section 4): requests wait in a request queue; the decode batch
 with waiting branches first, and only when no branch waits is a new request admitted
 (prefilled). Here a request is admitted when fewer than `max_active` requests run and the
 generator engine has nothing waiting (every branch of the running requests is in the batch);
-the check runs on every submission, every completion and after every engine step. An admitted
-request runs its search (any method, any FastTTS technique) in its own worker thread against
-a `GeneratorView` of the shared engine (`fasttts.serve.hub`), so the engine batches the
-branches of all running requests together; the verifier is shared under a lock.
+the check runs in the driver thread after every turn of the driver loop (so after every
+engine step, submission and completion). An admitted request's search (any method, any
+FastTTS technique) becomes one more state machine in the server's driver loop
+(`fasttts.serve.hub`), so the engine batches the branches of all running requests together
+and the verifier scores all of their paths in shared calls; no thread per request.
 
 A request runs at most `request_timeout_s`; past it, it is cancelled (its sequences aborted,
 its blocks freed). The queue is bounded (`max_queue`; more requests are refused).
@@ -34,81 +35,48 @@ from pydantic import ValidationError
 
 from fasttts.beam import Beam
 from fasttts.config import RuntimeConfig, SearchConfig
+from fasttts.runtime.driver import Task
 from fasttts.runtime.loop import SearchRunner
 from fasttts.runtime.memory_planner import PlanError
-from fasttts.serve.hub import EngineHub, GeneratorView, RequestCancelled
+from fasttts.serve.hub import EngineHub, RequestCancelled
 from fasttts.verifiers.base import ScoreRequest, Verifier
 
-__all__ = ["Job", "LockedVerifier", "QueueFull", "Scheduler"]
+__all__ = ["Job", "QueueFull", "Scheduler", "SharedVerifier"]
 
 
 class QueueFull(RuntimeError):
     """The request queue is full (HTTP 429)."""
 
 
-class _Pending:
-    def __init__(self, requests: list[ScoreRequest]):
-        self.requests = requests
-        self.scores: list[list[float]] | None = None
-        self.error: BaseException | None = None
+class SharedVerifier(Verifier):
+    """The verifier every search of the server scores with, through the driver loop (which
+    batches the scoring of all searches waiting for it into one call, `fasttts.runtime.driver`).
+    `inner` is the PRM; a simulated device that restarts whole replaces it.
 
-
-class LockedVerifier(Verifier):
-    """The verifier shared by concurrent searches, with their calls batched together.
-
-    One scoring call runs at a time, and none while the generator steps when given the hub's
-    `device_lock`. Calls that arrive while the device is busy wait together; the first of
-    them to get the device scores all of their requests in one batch (the verifier's own
-    continuous batching across requests), and each caller gets its own scores back. `inner`
-    can be replaced (an engine restart).
-
-    Attributes:
-        num_calls: scoring calls made on the inner verifier.
-        num_merged: calls that were served by another caller's batch.
+    Args:
+        inner: the PRM.
     """
 
-    def __init__(self, inner: Verifier, lock: threading.Lock | None = None):
+    def __init__(self, inner: Verifier):
         self.inner = inner
         self.name = inner.name
         self.needs_logprobs = inner.needs_logprobs
-        self._lock = lock or threading.Lock()
-        self._mu = threading.Lock()
-        self._pending: list[_Pending] = []
-        self.num_calls = 0
-        self.num_merged = 0
+
+    def score(self, requests: list[ScoreRequest]) -> list[list[float]]:
+        return self.inner.score(requests)
 
     def cache_stats(self):
         return self.inner.cache_stats()
 
-    def score(self, requests: list[ScoreRequest]) -> list[list[float]]:
-        mine = _Pending(requests)
-        with self._mu:
-            self._pending.append(mine)
-        with self._lock:
-            with self._mu:
-                batch, self._pending = self._pending, []
-            if batch:  # empty: an earlier caller's batch held ours
-                flat = [r for p in batch for r in p.requests]
-                try:
-                    scores = self.inner.score(flat) if flat else []
-                except BaseException as exc:  # noqa: BLE001 - every caller of the batch sees it
-                    for p in batch:
-                        p.error = exc
-                else:
-                    k = 0
-                    for p in batch:
-                        p.scores, k = scores[k:k + len(p.requests)], k + len(p.requests)
-                self.num_calls += 1
-                self.num_merged += len(batch) - 1
-        if mine.error is not None:
-            raise mine.error
-        return mine.scores
+    def set_batch_size(self, batch_size: int) -> None:
+        self.inner.set_batch_size(batch_size)
 
     def now(self) -> float:
         return self.inner.now()
 
     def close(self) -> None:
         self.inner.close()
+
 
 @dataclass
 class Job:
@@ -118,11 +86,13 @@ class Job:
         problem: the problem text.
         search: its search configuration.
         agg_strategy: step-score aggregation.
-        on_progress: called as on_progress(iteration, kept beams) from the worker thread.
+        on_progress: called as on_progress(iteration, kept beams) from the driver thread.
         future: resolves to the `SearchResult` (or the error).
         id: request id (set on submission).
         submitted, started: wall-clock times (s, time.monotonic).
         model: the served model name the request asked for (responses echo it).
+        task: its search in the driver loop, once admitted.
+        cancelled: whether it was cancelled.
     """
 
     problem: str
@@ -133,7 +103,7 @@ class Job:
     id: str = ""
     submitted: float = 0.0
     started: float | None = None
-    view: GeneratorView | None = None
+    task: Task | None = None
     cancelled: bool = False
     model: str = ""
 
@@ -153,12 +123,11 @@ class Scheduler:
         apply_plan: sets a plan's caps on the engines (called with the replanner's plan).
     """
 
-    def __init__(self, hub: EngineHub, verifier: LockedVerifier, runtime: RuntimeConfig,
+    def __init__(self, hub: EngineHub, verifier: SharedVerifier, runtime: RuntimeConfig,
                  max_active: int = 4, max_queue: int = 64,
                  request_timeout_s: float | None = None, replanner=None, config=None,
                  apply_plan: Callable | None = None):
         self.replanner, self.config, self.apply_plan = replanner, config, apply_plan
-        self._replan_lock = threading.Lock()
         self._planned_for: tuple = ()
         self.hub = hub
         self.verifier = verifier
@@ -193,7 +162,7 @@ class Scheduler:
         return len(self._active)
 
     def submit(self, job: Job) -> Job:
-        """Queue a request; it starts when admitted.
+        """Queue a request; it starts when admitted (in the driver thread, within one turn).
 
         Raises:
             QueueFull: `max_queue` requests already wait.
@@ -207,33 +176,41 @@ class Scheduler:
             job.id = f"req-{next(self._ids)}"
             job.submitted = time.monotonic()
             self._queue.append(job)
-        self.admit()
+        self.hub.poke()
         return job
 
     def cancel(self, job: Job) -> None:
         """Cancel a queued or running request: a queued one never starts; a running one stops
-        at its next engine step with all its sequences aborted."""
+        before the next engine step with all its sequences aborted."""
         with self._lock:
             job.cancelled = True
             if job in self._queue:
                 self._queue.remove(job)
                 job.future.set_exception(RequestCancelled(f"request {job.id} was cancelled"))
                 return
-            view = job.view
-        if view is not None:
-            view.cancel()
+            task = job.task
+        if task is not None:
+            self.hub.cancel(task, RequestCancelled(f"request {job.id} was cancelled"))
 
     def admit(self) -> None:
-        """Start queued requests while there is room (module docstring)."""
+        """Start queued requests while there is room (module docstring); runs in the driver
+        thread (`EngineHub.after_step`)."""
+        if not self._queue:  # the common case after an engine step: no lock taken
+            return
         with self._lock:
             while (self._queue and len(self._active) < self.max_active
                    and (not self._active or self._engine_waiting() == 0)):
                 job = self._queue.popleft()
-                job.view = self.hub.view(job.id)
                 job.started = time.monotonic()
                 self._active[job.id] = job
-                threading.Thread(target=self._work, args=(job,), name=f"fasttts-{job.id}",
-                                 daemon=True).start()
+                if not job.future.set_running_or_notify_cancel():  # cancelled while queued
+                    self._settle(job)
+                    continue
+                runner = SearchRunner(self.hub.info, self.verifier, job.search,
+                                      job.agg_strategy, self.runtime, on_select=job.on_progress)
+                job.task = self.hub.start(job.id, runner.search(job.problem, job.id),
+                                          on_start=self._replan,
+                                          on_done=lambda task, job=job: self._done(job, task))
 
     def _engine_waiting(self) -> int:
         with self.hub.cv:
@@ -241,50 +218,43 @@ class Scheduler:
 
     def _replan(self, finished: Job | None = None, result=None) -> None:
         """Record a finished request's lengths and re-plan the caps for the requests
-        searching now, when they changed (module docstring)."""
+        searching now, when they changed (module docstring); runs in the driver thread."""
         if self.replanner is None:
             return
-        with self._replan_lock:
-            if result is not None:
-                self.replanner.observe_result(result, finished.search)
-            with self._lock:
-                searches = {j.id: j.search for j in self._active.values()}
-            if not searches or tuple(sorted(searches)) == self._planned_for:
-                return
-            self._planned_for = tuple(sorted(searches))
-            big = max(searches.values(), key=lambda s: s.n)
-            total = -(-sum(s.n for s in searches.values()) // big.beam_width) * big.beam_width
-            try:
-                cfg = self.config.model_copy(
-                    update={"search": big.model_copy(update={"n": total})})
-                self.replanner.update(cfg, resplit=False)
-            except (PlanError, ValidationError):
-                return  # the caps in force stay
-            self.apply_plan(self.replanner.plan)  # also to an engine restarted meanwhile
-
-    def _work(self, job: Job) -> None:
-        result, error = None, None
+        if result is not None:
+            self.replanner.observe_result(result, finished.search)
+        with self._lock:
+            searches = {j.id: j.search for j in self._active.values()}
+        if not searches or tuple(sorted(searches)) == self._planned_for:
+            return
+        self._planned_for = tuple(sorted(searches))
+        big = max(searches.values(), key=lambda s: s.n)
+        total = -(-sum(s.n for s in searches.values()) // big.beam_width) * big.beam_width
         try:
-            self._replan()
-            if job.future.set_running_or_notify_cancel():  # else cancelled while queued
-                runner = SearchRunner(job.view, self.verifier, job.search, job.agg_strategy,
-                                      self.runtime, on_select=job.on_progress)
-                result = runner.run(job.problem, job.id)
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiting client
-            error = exc
-        finally:
-            # the books first, so a client that sees its answer sees them settled
-            job.view.release()
-            with self._lock:
-                self._active.pop(job.id, None)
-                self.num_finished += 1
+            cfg = self.config.model_copy(
+                update={"search": big.model_copy(update={"n": total})})
+            self.replanner.update(cfg, resplit=False)
+        except (PlanError, ValidationError):
+            return  # the caps in force stay
+        self.apply_plan(self.replanner.plan)  # also to an engine restarted meanwhile
+
+    def _settle(self, job: Job) -> None:
+        """Take an ended request off the books."""
+        with self._lock:
+            self._active.pop(job.id, None)
+            self.num_finished += 1
+
+    def _done(self, job: Job, task: Task) -> None:
+        """A request's search ended in the driver (its sequences already aborted): the
+        books first, so a client that sees its answer sees them settled; then the answer."""
+        self._settle(job)
+        result = task.result if task.error is None else None
         self._replan(job, result)
         if not job.future.cancelled():
-            if error is not None:
-                job.future.set_exception(error)
+            if task.error is not None:
+                job.future.set_exception(task.error)
             else:
                 job.future.set_result(result)
-        self.admit()
 
     def _watch(self) -> None:
         while not self._closed:
