@@ -6,7 +6,7 @@ from fasttts.backends.base import GeneratorBackend, Verifier
 from fasttts.config import RunConfig, SearchConfig
 from fasttts.engines import apply_change, build_engines
 from fasttts.logging_setup import configure as configure_logging
-from fasttts.runtime.loop import SearchResult, SearchRunner
+from fasttts.runtime.loop import DEFAULT_PROBLEM_ID, SearchResult, SearchRunner
 
 __all__ = ["FastTTS"]
 
@@ -75,7 +75,7 @@ class FastTTS:
         return SearchRunner(self.generator, self.verifier, search,
                             self.config.verifier.agg_strategy, self.config.runtime)
 
-    def solve(self, problem: str, problem_id: str = "problem",
+    def solve(self, problem: str, problem_id: str = DEFAULT_PROBLEM_ID,
               search: SearchConfig | None = None, on_progress=None) -> SearchResult:
         """Run the search on one problem.
 
@@ -110,7 +110,7 @@ class FastTTS:
         if apply_change(self.engines, change):
             self.runner = self._runner(self.runner.cfg)
 
-    def check_prompt(self, problem: str, problem_id: str = "problem") -> None:
+    def check_prompt(self, problem: str, problem_id: str = DEFAULT_PROBLEM_ID) -> None:
         """Raise ValueError / `PromptTooLongError` if `problem` cannot be searched (empty, or
         its prompt does not fit the generator's context), without generating anything."""
         self.runner.prompt_ids(problem, problem_id)

@@ -14,7 +14,9 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from fasttts.config import EngineConfig, RunConfig, SimConfig, VerifierConfig
+from fasttts.api import FastTTS
+from fasttts.config import EngineConfig, RunConfig, SearchConfig, SimConfig, VerifierConfig
+from fasttts.eval.metrics import problem_record
 from fasttts.serve import build_state
 from fasttts.serve.app import create_app
 from fasttts.serve.hub import RequestCancelled
@@ -58,19 +60,39 @@ def _blocks(state) -> int:
         return state.hub.engine.cache_stats().num_blocks_used
 
 
-def test_chat_completion_answers_with_tts_stats(client, state):
-    r = client.post("/v1/chat/completions", json=_chat())
-    assert r.status_code == 200, r.text
-    body = r.json()
-    assert body["object"] == "chat.completion" and body["model"] == MODEL
-    msg = body["choices"][0]["message"]
-    assert msg["role"] == "assistant" and "\\boxed{" in msg["content"]
-    tts = body["tts"]
-    assert tts["method"] == "beam_search" and tts["n"] == 8 and tts["answer_rule"] == "weighted"
-    assert tts["answer"] is not None and tts["answer"] in msg["content"]
-    assert 1 <= tts["num_completions"] <= 8 and tts["clock"] == "simulated"
-    assert body["usage"]["completion_tokens"] == tts["tokens_generated"] > 0
-    assert _blocks(state) == 0 and state.hub.num_sequences == 0
+def _library_record(seed: int) -> dict:
+    """What `FastTTS.solve` returns for PROBLEM with `_chat()`'s options and `seed`."""
+    search = SearchConfig(method="beam_search", n=8, beam_width=4, max_tokens=512, seed=seed)
+    with FastTTS(_cfg().model_copy(update={"search": search})) as tts:
+        return problem_record(tts.solve(PROBLEM), None, PROBLEM)
+
+
+def test_chat_completion_is_the_library_search(client, state):
+    """A seeded request answers exactly what the library's search of the same problem, options
+    and seed returns: the same completions, scores, answer and tokens, every time."""
+    lib = _library_record(seed=3)
+    for _ in range(2):  # a repeat of the same seeded request is the same search
+        r = client.post("/v1/chat/completions", json=_chat(seed=3))
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["object"] == "chat.completion" and body["model"] == MODEL
+        msg, tts = body["choices"][0]["message"], body["tts"]
+        assert msg["role"] == "assistant" and tts["clock"] == "simulated"
+        assert tts["method"] == "beam_search" and tts["n"] == 8 and tts["answer_rule"] == "weighted"
+        assert [(c["answer"], c["score"], c["num_tokens"]) for c in tts["completions"]] == \
+            [(c["answer"], c["score"], c["num_tokens"]) for c in lib["completions"]]
+        assert tts["answer"] == lib["answer"] is not None and tts["answer"] in msg["content"]
+        assert msg["content"] in [c["text"] for c in lib["completions"]]
+        assert body["usage"]["completion_tokens"] == tts["tokens_generated"] == \
+            lib["tokens_generated"] > 0
+        assert _blocks(state) == 0 and state.hub.num_sequences == 0
+
+
+def test_unseeded_requests_sample_afresh(client):
+    """Without a seed, each request draws its own random streams (as vLLM without `seed`)."""
+    runs = [client.post("/v1/chat/completions", json=_chat()).json()["tts"] for _ in range(2)]
+    assert [c["num_tokens"] for c in runs[0]["completions"]] != \
+        [c["num_tokens"] for c in runs[1]["completions"]]
 
 
 def test_completions_endpoint_and_sart(client):

@@ -32,7 +32,13 @@ from fasttts.search.base import SearchStrategy
 from fasttts.steps import build_messages
 from fasttts.verifiers.base import Verifier, aggregate
 
-__all__ = ["PromptTooLongError", "SearchResult", "SearchRunner"]
+__all__ = ["DEFAULT_PROBLEM_ID", "PromptTooLongError", "SearchResult", "SearchRunner"]
+
+#: The problem id of a search given none (`fasttts solve`, the library, a seeded server
+#: request): with the seed it keys every random stream of the search
+#: (`fasttts.runtime.generation.beam_seed`), so the same problem, options and seed give the same
+#: search wherever it runs.
+DEFAULT_PROBLEM_ID = "problem"
 
 
 class PromptTooLongError(ValueError):
@@ -160,7 +166,7 @@ class SearchRunner:
         self.agg_strategy = agg_strategy
         self.on_select = on_select
 
-    def run(self, problem: str, problem_id: str = "problem", on_progress=None) -> SearchResult:
+    def run(self, problem: str, problem_id: str = DEFAULT_PROBLEM_ID, on_progress=None) -> SearchResult:
         """Search for solutions of one problem, driving `generator` and `verifier` with a
         driver of one search (`fasttts.runtime.driver.Driver.run`); see `search`.
 
@@ -171,7 +177,7 @@ class SearchRunner:
         return Driver(self.generator, self.verifier).run(
             self.search(problem, problem_id, on_progress))
 
-    def search(self, problem: str, problem_id: str = "problem", on_progress=None) -> Search:
+    def search(self, problem: str, problem_id: str = DEFAULT_PROBLEM_ID, on_progress=None) -> Search:
         """The search of one problem for a driver loop (FastTTS section 3.1): iterations of
         generate -> verify -> select until every path finished, the method stops early, or
         the iteration budget is spent (the last iteration generates to the end).
@@ -341,7 +347,7 @@ class SearchRunner:
         nodes = {node for beam in children for node in beam.lineage}
         return prompt_tokens + sum(own.get(node, 0) for node in nodes)
 
-    def prompt_ids(self, problem: str, problem_id: str = "problem") -> list[int]:
+    def prompt_ids(self, problem: str, problem_id: str = DEFAULT_PROBLEM_ID) -> list[int]:
         """The generator prompt of a problem, checked to fit the context.
 
         Raises:

@@ -36,7 +36,7 @@ from pydantic import ValidationError
 from fasttts.beam import Beam
 from fasttts.config import RuntimeConfig, SearchConfig
 from fasttts.runtime.driver import Task
-from fasttts.runtime.loop import SearchRunner
+from fasttts.runtime.loop import DEFAULT_PROBLEM_ID, SearchRunner
 from fasttts.runtime.memory_planner import PlanError
 from fasttts.serve.hub import EngineHub, RequestCancelled
 from fasttts.verifiers.base import ScoreRequest, Verifier
@@ -106,6 +106,14 @@ class Job:
     task: Task | None = None
     cancelled: bool = False
     model: str = ""
+
+
+def _seed_key(job: Job) -> str:
+    """The problem id that keys a request's random streams: with a `seed` in the request, the
+    library's default id, so the same request and seed give the same answer every time, the
+    same as `fasttts solve --seed` with the same options (as vLLM's `seed` makes a request
+    reproducible); without one, the request id, so repeated requests sample afresh."""
+    return DEFAULT_PROBLEM_ID if "seed" in job.search.model_fields_set else job.id
 
 
 class Scheduler:
@@ -208,7 +216,7 @@ class Scheduler:
                     continue
                 runner = SearchRunner(self.hub.info, self.verifier, job.search,
                                       job.agg_strategy, self.runtime, on_select=job.on_progress)
-                job.task = self.hub.start(job.id, runner.search(job.problem, job.id),
+                job.task = self.hub.start(job.id, runner.search(job.problem, _seed_key(job)),
                                           on_start=self._replan,
                                           on_done=lambda task, job=job: self._done(job, task))
 
