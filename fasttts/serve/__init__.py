@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fasttts.config import RunConfig
 from fasttts.engines import build_engines, restart_generator, running_cap
-from fasttts.serve.app import ServerState
+from fasttts.serve.completions import ServerState
 from fasttts.serve.hub import EngineHub
 from fasttts.serve.protocol import ServerLimits
 from fasttts.serve.scheduler import Scheduler, SharedVerifier
@@ -28,7 +28,7 @@ def build_state(cfg: RunConfig, limits: ServerLimits, api_key: str | None = None
         request_timeout_s: most seconds one request may search (None = no limit).
 
     Returns:
-        A `fasttts.serve.app.ServerState`.
+        A `fasttts.serve.completions.ServerState`.
 
     Raises:
         fasttts.models.ModelError, ValueError: the engines cannot be built.

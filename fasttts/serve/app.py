@@ -31,60 +31,21 @@ generator's name as configured; responses name the model the request asked for.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram,
                                generate_latest)
 from starlette.exceptions import HTTPException
 
-from fasttts.eval.metrics import precise_goodput, problem_record
-from fasttts.runtime.loop import PromptTooLongError, SearchResult
 from fasttts.serve.access_log import AccessLog
+from fasttts.serve.completions import CompletionHandler, ServerState, error_response
 from fasttts.serve.guard import RequestGuard
-from fasttts.serve.hub import EngineFailure, EngineHub, RequestCancelled
-from fasttts.serve.protocol import (BadRequest, ChatCompletionRequest, CompletionRequest,
-                                    ServerLimits, error_body, to_search)
-from fasttts.serve.scheduler import Job, QueueFull, Scheduler
+from fasttts.serve.protocol import ChatCompletionRequest, CompletionRequest
 
 __all__ = ["ServerState", "create_app"]
-
-
-@dataclass
-class ServerState:
-    """What the app serves with.
-
-    Attributes:
-        hub: the shared generator engine.
-        scheduler: the request scheduler.
-        limits: per-request limits and the served model names.
-        api_key: bearer token required on every path but /health (None = open; bind to
-            127.0.0.1 then, the default).
-    """
-
-    hub: EngineHub
-    scheduler: Scheduler
-    limits: ServerLimits
-    api_key: str | None = None
-
-
-def _error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
-    return JSONResponse(status_code=status, content=error_body(status, message, kind, param))
-
-
-#: `_wait`'s answer when the client went away.
-_GONE = object()
-
-
-def _completion_id(kind: str, job: Job) -> str:
-    """The response id, the same for every chunk of a stream and the non-streaming body."""
-    return f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{job.id}"
 
 
 def _metrics(state: ServerState) -> tuple[CollectorRegistry, dict]:
@@ -130,31 +91,6 @@ def _metrics(state: ServerState) -> tuple[CollectorRegistry, dict]:
     }
 
 
-def _answer_payload(job: Job, result: SearchResult) -> tuple[str, str, dict, dict]:
-    """(content, finish_reason, usage, tts block) of a finished search."""
-    rec = problem_record(result, None, job.problem)
-    answer = rec["answer"]
-    chosen = next((c for c in sorted(rec["completions"], key=lambda c: -c["score"])
-                   if c["answer"] == answer), None)
-    content = chosen["text"] if chosen else ""
-    finish = "stop" if chosen and chosen["finish_reason"] != "length" else "length"
-    usage = {"prompt_tokens": result.prompt_tokens,
-             "completion_tokens": result.tokens_generated,
-             "total_tokens": result.prompt_tokens + result.tokens_generated}
-    tts = {
-        "method": job.search.method, "n": job.search.n, "answer": answer,
-        "answer_rule": rec["answer_rule"], "num_completions": rec["num_completions"],
-        "iterations": rec["num_iterations"], "tokens_generated": rec["tokens_generated"],
-        "precise_goodput_tok_s": rec["precise_goodput_tok_s"], "clock": rec["clock"],
-        "latency_s": rec["latency_s"], "queue_s": (job.started or job.submitted) - job.submitted,
-        "generator_time_s": rec["generator_time_s"], "verifier_time_s": rec["verifier_time_s"],
-        "stopped_early": rec["stopped_early"], "search_stats": rec["search_stats"],
-        "completions": [{k: c[k] for k in ("answer", "score", "num_tokens", "finish_reason")}
-                        for c in rec["completions"]],
-    }
-    return content, finish, usage, tts
-
-
 def _install_error_handlers(app: FastAPI, count: Callable[[int], None]) -> None:
     """OpenAI-shaped errors for FastAPI's own 422 / 404 / 405 / 400 and for server bugs (500),
     each counted by status."""
@@ -166,8 +102,8 @@ def _install_error_handlers(app: FastAPI, count: Callable[[int], None]) -> None:
             loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
             parts.append(f"{loc or 'body'}: {err.get('msg')}")
         count(422)
-        return _error(422, "invalid request: " + "; ".join(parts), "invalid_request_error",
-                      parts[0].split(":")[0] if parts else None)
+        return error_response(422, "invalid request: " + "; ".join(parts), "invalid_request_error",
+                              parts[0].split(":")[0] if parts else None)
 
     @app.exception_handler(HTTPException)
     async def _http(req: Request, exc: HTTPException):
@@ -175,14 +111,14 @@ def _install_error_handlers(app: FastAPI, count: Callable[[int], None]) -> None:
         message = {404: f"no such endpoint: {req.method} {req.url.path}",
                    405: f"method {req.method} is not allowed on {req.url.path}"}.get(
             exc.status_code, str(exc.detail))
-        resp = _error(exc.status_code, message, "invalid_request_error")
+        resp = error_response(exc.status_code, message, "invalid_request_error")
         resp.headers.update(exc.headers or {})
         return resp
 
     @app.exception_handler(Exception)
     async def _bug(_req: Request, exc: Exception):
         count(500)
-        return _error(500, f"internal error: {type(exc).__name__}", "internal_error")
+        return error_response(500, f"internal error: {type(exc).__name__}", "internal_error")
 
 
 def create_app(state: ServerState) -> FastAPI:
@@ -203,8 +139,8 @@ def create_app(state: ServerState) -> FastAPI:
     @app.get("/health")
     async def health():
         if not state.hub.available:
-            return _error(503, f"generator engine unavailable: {state.hub.last_error}",
-                          "service_unavailable")
+            return error_response(503, f"generator engine unavailable: {state.hub.last_error}",
+                                  "service_unavailable")
         return {"status": "ok", "engine_restarts": state.hub.num_restarts,
                 "running_requests": state.scheduler.num_active,
                 "queue_length": state.scheduler.queue_length}
@@ -218,143 +154,14 @@ def create_app(state: ServerState) -> FastAPI:
     async def metrics():
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    def _fail(exc: BaseException, job: Job) -> JSONResponse:
-        if isinstance(exc, (BadRequest, PromptTooLongError)):
-            return _error(400, str(exc), "invalid_request_error", getattr(exc, "param", None))
-        if isinstance(exc, EngineFailure):
-            return _error(503, str(exc), "service_unavailable")
-        if isinstance(exc, RequestCancelled) and state.scheduler.closed:
-            return _error(503, "the server is shutting down; the request was cancelled, retry "
-                               "it elsewhere or later", "service_unavailable")
-        if isinstance(exc, RequestCancelled):
-            return _error(504, f"request timed out after {state.scheduler.request_timeout_s} s "
-                               f"and was cancelled", "timeout")
-        if isinstance(exc, ValueError):
-            return _error(400, str(exc), "invalid_request_error")
-        return _error(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error")
-
-    def _start(req, on_progress=None) -> Job | JSONResponse:
-        if not state.hub.available:
-            return _error(503, f"generator engine unavailable: {state.hub.last_error}",
-                          "service_unavailable")
-        try:
-            problem, search, agg = to_search(req, state.limits)
-            return state.scheduler.submit(Job(problem, search, agg, on_progress=on_progress,
-                                              model=req.model))
-        except BadRequest as e:
-            return _error(400, str(e), "invalid_request_error", e.param)
-        except QueueFull as e:
-            return _error(429, str(e), "rate_limit_error")
-
-    def _finish(job: Job, status: int, result: SearchResult | None = None) -> None:
-        count(status)
-        m["latency"].observe(time.monotonic() - job.submitted)
-        if result is not None:
-            m["tokens"].inc(result.tokens_generated)
-            if result.completions:
-                m["goodput"].observe(precise_goodput(result.completions))
-
-    def _body(kind: str, job: Job, content: str, finish: str, usage: dict, tts: dict) -> dict:
-        if kind == "chat":
-            choice = {"index": 0, "message": {"role": "assistant", "content": content},
-                      "finish_reason": finish}
-            obj = "chat.completion"
-        else:
-            choice = {"index": 0, "text": content, "finish_reason": finish, "logprobs": None}
-            obj = "text_completion"
-        return {"id": _completion_id(kind, job), "object": obj, "created": int(time.time()),
-                "model": job.model, "choices": [choice], "usage": usage, "tts": tts}
-
-    async def _serve(req, request: Request, kind: str):
-        events: asyncio.Queue = asyncio.Queue()
-        loop = asyncio.get_running_loop()
-
-        def progress(iteration, kept):
-            best = max(kept, key=lambda b: b.score, default=None)
-            loop.call_soon_threadsafe(events.put_nowait, {
-                "iteration": iteration, "live_paths": len(kept),
-                "best_score": best.score if best else None,
-                "best_path": best.text if best else None})
-
-        started = _start(req, progress if req.stream else None)
-        if isinstance(started, JSONResponse):
-            count(started.status_code)
-            return started
-        job = started
-        if req.stream:
-            job.future.add_done_callback(
-                lambda _f: loop.call_soon_threadsafe(events.put_nowait, None))
-            # the first iteration's event, or the end: a search that fails before its first
-            # iteration (e.g. a prompt over the context) gets an error response, not a stream
-            first = await _wait(asyncio.ensure_future(events.get()), request, job)
-            if first is _GONE:
-                return Response(status_code=499)
-            if first is not None or job.future.exception() is None:
-                return StreamingResponse(_stream(job, kind, events, first),
-                                         media_type="text/event-stream")
-        elif await _wait(asyncio.wrap_future(job.future), request, job) is _GONE:
-            return Response(status_code=499)
-        exc = job.future.exception()
-        if exc is not None:
-            resp = _fail(exc, job)
-            _finish(job, resp.status_code)
-            return resp
-        result = job.future.result()
-        content, finish, usage, tts = _answer_payload(job, result)
-        _finish(job, 200, result)
-        return _body(kind, job, content, finish, usage, tts)
-
-    async def _wait(fut: asyncio.Future, request: Request, job: Job):
-        """The future's result, or `_GONE` once the client disconnects (the search is then
-        cancelled and counted as 499)."""
-        while True:
-            done, _ = await asyncio.wait({fut}, timeout=0.1)
-            if done:
-                return fut.result() if fut.exception() is None else None
-            if await request.is_disconnected():
-                state.scheduler.cancel(job)
-                fut.cancel()  # nobody will read the result
-                _finish(job, 499)
-                return _GONE
-
-    async def _stream(job: Job, kind: str, queue: asyncio.Queue, event: dict | None):
-        obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
-
-        def chunk(delta: dict, finish=None, **extra) -> str:
-            choice = ({"index": 0, "delta": delta, "finish_reason": finish} if kind == "chat"
-                      else {"index": 0, "text": delta.get("content", ""),
-                            "finish_reason": finish, "logprobs": None})
-            body = {"id": _completion_id(kind, job), "object": obj, "created": int(time.time()),
-                    "model": job.model, "choices": [choice], **extra}
-            return f"data: {json.dumps(body)}\n\n"
-
-        try:
-            yield chunk({"role": "assistant", "content": ""} if kind == "chat" else {})
-            while event is not None:
-                yield chunk({}, tts={"progress": event})
-                event = await queue.get()
-            exc = job.future.exception()
-            if exc is not None:
-                resp = _fail(exc, job)
-                _finish(job, resp.status_code)
-                yield f"data: {resp.body.decode()}\n\n"
-            else:
-                result = job.future.result()
-                content, finish, usage, tts = _answer_payload(job, result)
-                _finish(job, 200, result)
-                yield chunk({"content": content}, finish, usage=usage, tts=tts)
-            yield "data: [DONE]\n\n"
-        finally:
-            if not job.future.done():  # the client went away mid-stream
-                state.scheduler.cancel(job)
-                _finish(job, 499)
+    handler = CompletionHandler(state, count, m)
 
     @app.post("/v1/chat/completions")
     async def chat(req: ChatCompletionRequest, request: Request):
-        return await _serve(req, request, "chat")
+        return await handler.serve(req, request, "chat")
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request):
-        return await _serve(req, request, "text")
+        return await handler.serve(req, request, "text")
 
     return app
