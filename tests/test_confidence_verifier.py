@@ -113,7 +113,8 @@ def test_sim_generator_gives_logprobs_only_when_asked():
 
 
 def _search(cfg):
-    gen, ver = build_sim(cfg)
+    built = build_engines(cfg)
+    gen, ver = built.generator, built.verifier
     picked = []
     runner = SearchRunner(gen, ver, cfg.search, agg_strategy=cfg.verifier.agg_strategy,
                           runtime=cfg.runtime, on_select=lambda it, kept: picked.append(
@@ -136,7 +137,8 @@ def test_beam_search_on_the_simulator_selects_by_confidence(monkeypatch):
     kept beams are the n/B best by min-aggregated confidence of the candidates, and the
     verifier costs no time and has no cache."""
     cfg = _cfg()
-    gen, ver = build_sim(cfg)
+    built = build_engines(cfg)  # the simulated generator; the confidence verifier, no engine
+    gen, ver = built.generator, built.verifier
     assert isinstance(ver, ConfidenceVerifier)
     decisions = []
     from fasttts.search import beam_search

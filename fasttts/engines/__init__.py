@@ -101,6 +101,8 @@ def _build_sim(engines: Engines) -> None:
     cfg = engines.config
     if not cfg.runtime.memory_planner or cfg.verifier.kind in MODEL_FREE_KINDS:
         engines.generator, engines.verifier = sim_backend.build_sim(cfg)
+        if engines.verifier is None:  # no verifier model (`MODEL_FREE_KINDS`)
+            engines.verifier = build_verifier(cfg.verifier)
         if cfg.runtime.memory_planner:
             engines.plan = generator_only_plan(sim_backend.sim_device(cfg).split.generator_kv,
                                                cfg.sim.max_num_seqs)

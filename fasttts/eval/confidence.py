@@ -8,18 +8,19 @@ From the sampled tokens' log-probabilities (vLLM `logprobs=0`, nats), two scores
   (Fu et al. 2025, "Deep Think with Confidence"; DeepConf averages the top-k log-probabilities
   per token, here only the sampled token's is kept).
 
-Both cost no verifier pass. Steps are the non-blank `split_steps` pieces of the decoded text;
+Both cost no verifier pass; the score math is the confidence verifier's
+(`fasttts.verifiers.confidence.confidences`, one source). Steps are the non-blank `split_steps` pieces of the decoded text;
 a step's tokens are found by decoding prefixes of the token ids (binary search per boundary).
 """
 
 from __future__ import annotations
 
 import bisect
-import math
 
 from fasttts.steps import split_steps
+from fasttts.verifiers.confidence import confidences
 
-__all__ = ["confidences", "logprob_confidence", "step_confidences", "step_token_ends"]
+__all__ = ["step_confidences", "step_token_ends"]
 
 
 def step_token_ends(tokenizer, token_ids: list[int], text: str) -> list[int]:
@@ -71,36 +72,3 @@ def step_confidences(tokenizer, token_ids: list[int], logprobs: list[float], tex
     if len(token_ids) != len(logprobs):
         raise ValueError(f"{len(token_ids)} tokens but {len(logprobs)} logprobs")
     return confidences(logprobs, step_token_ends(tokenizer, token_ids, text), window)
-
-
-def logprob_confidence(step_logprobs: list[list[float]], window: int | None = None) -> list[float]:
-    """One confidence score in (0, 1] per step from the steps' own token log-probabilities
-    (the confidence verifier's scores, `fasttts.verifiers.confidence`): the mean score, or
-    with `window` the lowest-window one (module docstring)."""
-    flat: list[float] = []
-    ends = []
-    for lps in step_logprobs:
-        flat += lps
-        ends.append(len(flat))
-    out = confidences(flat, ends, window or 1, lowest=window is not None)
-    return out["mean"] if window is None else out["lowest_window"]
-
-
-def confidences(logprobs: list[float], ends: list[int], window: int = 32,
-                lowest: bool = True) -> dict[str, list[float]]:
-    """Both scores of each step, the steps ending at token counts `ends` (increasing) of
-    `logprobs`. A step without tokens gets the score of the token before it (1.0 without
-    one). `lowest`=False leaves "lowest_window" empty (it costs window x tokens)."""
-    out: dict[str, list[float]] = {"mean": [], "lowest_window": []}
-    start, low = 0, math.inf
-    for end in ends:
-        span = logprobs[start:end] or logprobs[max(0, end - 1):end] or [0.0]
-        out["mean"].append(math.exp(sum(span) / len(span)))
-        if lowest:
-            for i in range(max(0, start - window + 1), max(1, end - window + 1)):
-                w = logprobs[i:i + window]
-                if w:
-                    low = min(low, sum(w) / len(w))
-            out["lowest_window"].append(math.exp(low if low < math.inf else 0.0))
-        start = end
-    return out

@@ -3,8 +3,8 @@
 No model scores the steps: a step's score is the generator's confidence in the tokens it
 sampled, exp(mean log-probability of the step's tokens), the geometric-mean token probability,
 in (0, 1]; or, with `window`, DeepConf's lowest group confidence (Fu et al. 2025): exp of the
-lowest mean log-probability over any `window` consecutive tokens up to the step's end. The math
-is `fasttts.eval.confidence`'s (one source; `benchmarks/verifier_compare.py` measured the mean
+lowest mean log-probability over any `window` consecutive tokens up to the step's end (the math
+is here, `confidences`; `fasttts.eval.confidence` applies it to decoded completions offline; `benchmarks/verifier_compare.py` measured the mean
 aggregated by "min" to rank GSM8K completions better than the zero-shot judge: 0.679 vs 0.453
 of pairs, docs/verifiers.md).
 
@@ -23,10 +23,11 @@ incrementally whatever the flag says.
 
 from __future__ import annotations
 
-from fasttts.backends.base import ScoreRequest, Verifier
-from fasttts.eval.confidence import logprob_confidence
+import math
 
-__all__ = ["ConfidenceVerifier", "MissingLogprobs"]
+from fasttts.backends.base import ScoreRequest, Verifier
+
+__all__ = ["ConfidenceVerifier", "MissingLogprobs", "confidences", "logprob_confidence"]
 
 
 class MissingLogprobs(ValueError):
@@ -74,3 +75,36 @@ class ConfidenceVerifier(Verifier):
             steps = [list(s) for s in req.step_logprobs]
             out.append(logprob_confidence(steps, self.window)[req.start:])
         return out
+
+
+def logprob_confidence(step_logprobs: list[list[float]], window: int | None = None) -> list[float]:
+    """One confidence score in (0, 1] per step from the steps' own token log-probabilities
+    (the confidence verifier's scores, `fasttts.verifiers.confidence`): the mean score, or
+    with `window` the lowest-window one (module docstring)."""
+    flat: list[float] = []
+    ends = []
+    for lps in step_logprobs:
+        flat += lps
+        ends.append(len(flat))
+    out = confidences(flat, ends, window or 1, lowest=window is not None)
+    return out["mean"] if window is None else out["lowest_window"]
+
+
+def confidences(logprobs: list[float], ends: list[int], window: int = 32,
+                lowest: bool = True) -> dict[str, list[float]]:
+    """Both scores of each step, the steps ending at token counts `ends` (increasing) of
+    `logprobs`. A step without tokens gets the score of the token before it (1.0 without
+    one). `lowest`=False leaves "lowest_window" empty (it costs window x tokens)."""
+    out: dict[str, list[float]] = {"mean": [], "lowest_window": []}
+    start, low = 0, math.inf
+    for end in ends:
+        span = logprobs[start:end] or logprobs[max(0, end - 1):end] or [0.0]
+        out["mean"].append(math.exp(sum(span) / len(span)))
+        if lowest:
+            for i in range(max(0, start - window + 1), max(1, end - window + 1)):
+                w = logprobs[i:i + window]
+                if w:
+                    low = min(low, sum(w) / len(w))
+            out["lowest_window"].append(math.exp(low if low < math.inf else 0.0))
+        start = end
+    return out

@@ -161,6 +161,10 @@ def build_sim(cfg: RunConfig, workload: Workload | None = None,
             `cfg.sim.max_num_seqs` and `cfg.verifier.batch_size` (a memory plan's come from
             `fasttts.engines`).
 
+    Returns:
+        (generator, verifier); verifier None for a verifier kind without a model
+        ("confidence": `fasttts.engines` builds it, it needs no simulated engine).
+
     Raises:
         fasttts.perf.specs.SpecError: unknown hardware or model spec.
         ValueError: the models do not fit, a KV cache cannot hold one max_model_len sequence,
@@ -182,10 +186,8 @@ def build_sim(cfg: RunConfig, workload: Workload | None = None,
                            bs, sizes.max_num_seqs, sim.max_num_batched_tokens,
                            cfg.generator.max_model_len)
     generator = SimGenerator(gen_engine, workload)
-    if ver is None:
-        from fasttts.verifiers.confidence import ConfidenceVerifier
-
-        return generator, ConfidenceVerifier(batch_size=sizes.verifier_batch)
+    if ver is None:  # a verifier kind without a model: the caller builds it
+        return generator, None
     ver_engine = SimEngine(ver, hw, clock, sizes.verifier_kv // (bs * ver.kv_bytes_per_token),
                            bs, sizes.verifier_batch, sim.max_num_batched_tokens,
                            cfg.verifier.engine.max_model_len, logits=False)
