@@ -254,11 +254,9 @@ class SearchRunner:
         lookahead = (st.sbe.complete_branches()
                      if st.sbe is not None and rt.lookahead_verification else [])
         # The PRM always gets search-and-learn's round-robin order, with parents in the
-        # order the PRM itself saw them (whatever the generator's order): its first wave
-        # then references every parent's cached path in the order they were cached, before
-        # new blocks evict any. Grouped order: prefix-cache hit rate 0.74 vs 0.94
-        # (simulated 7B PRM, 0.75 GiB KV cache, n = 64); round-robin over parents in the
-        # generator's grouped order: verifier 3.4x slower at n = 256 (default memory).
+        # order the PRM itself saw them (whatever the generator's order), so its first wave
+        # references every parent's cached path before new blocks evict any (the measurements
+        # behind this: docs/techniques.md, "Prefix-aware scheduling").
         prm_order = baseline_order(to_score, st.prm_previous)
         st.prm_previous = [b.beam_id for b in prm_order]
         st.num_lookahead += yield from self._verify(st.problem, prm_order, lookahead,
