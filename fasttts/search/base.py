@@ -18,7 +18,15 @@ from typing import ClassVar
 from fasttts.beam import Beam
 from fasttts.config import SearchConfig
 
-__all__ = ["SearchConfigError", "SearchStrategy", "by_score", "fan_out", "require_multiple"]
+__all__ = ["TREE_LINEAGE_DIVISOR", "SearchConfigError", "SearchStrategy", "by_score", "fan_out",
+           "require_multiple"]
+
+#: c in the memory planner's estimate of a tree search's lineages, n / (c x beam_width)
+#: (`SearchStrategy.planned_lineages`): fitted to the trees the runtime measured on the
+#: simulator (1.5B + 7B PRM, beam_width 4) with `benchmarks/lineage_fit.py`: on 10 MATH-500
+#: problems at n = 16-256, and out of sample on AIME 2024 (docs/benchmarks.md, "The planner's
+#: lineage constant").
+TREE_LINEAGE_DIVISOR = 4
 
 
 class SearchConfigError(ValueError):
@@ -85,12 +93,10 @@ class SearchStrategy(ABC):
     def planned_lineages(self, share: int) -> int:
         """Distinct paths the search keeps at every depth of its tree, at least: the memory
         planner's estimate (`fasttts.runtime.memory_planner.PlanInput.lineages`) for paths
-        that share their prefixes `share` ways. Independent paths: n. Trees: n / (4 share),
-        fitted to the trees the runtime measured on the simulator (1.5B + 7B PRM,
-        beam_width 4, AIME 2024; measured / estimated 1.4 at n = 16, 0.95-1.5 at n = 64,
-        0.9-1.1 at n = 256; full coalescence to one lineage underestimated them 1.4-2.4x)."""
+        that share their prefixes `share` ways. Independent paths: n. Trees:
+        n / (`TREE_LINEAGE_DIVISOR` share)."""
         n = self.cfg.n
-        return max(1, n // (4 * share)) if self.shares_prefixes else n
+        return max(1, n // (TREE_LINEAGE_DIVISOR * share)) if self.shares_prefixes else n
 
     @property
     def num_iterations(self) -> int:
