@@ -1,7 +1,8 @@
 """The confidence verifier on the real vLLM CPU engine (embedded default generator, tiny
 budgets): the generator's per-token log-probabilities are the model's log p of the sampled
-tokens, and a beam search scores steps from them. The engine is the session's generator of
-`tests/test_vllm_integration.py`."""
+tokens, and a beam search scores steps from them. The engine is this module's own, closed when
+the module ends: a session fixture imported from another test module would be a second
+session engine that lives to the end of the run (it ran the suite out of memory)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,23 @@ import math
 import pytest
 
 from fasttts.backends.base import GenerationParams
-from fasttts.config import SearchConfig
+from fasttts.config import DEFAULT_GENERATOR, EngineConfig, SearchConfig
 from fasttts.runtime.loop import SearchRunner
 from fasttts.steps import build_messages
 from fasttts.verifiers.confidence import ConfidenceVerifier
-from tests.test_vllm_integration import PROBLEM, generator  # noqa: F401 - the session's engine
+from tests.test_vllm_integration import PROBLEM
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def generator():
+    from fasttts.backends.vllm_generator import VLLMGenerator
+
+    gen = VLLMGenerator(EngineConfig(model=DEFAULT_GENERATOR, kv_cache_memory_bytes=256 << 20,
+                                     max_model_len=2048))
+    yield gen
+    gen.close()
 
 
 def _prompt_logprobs(gen, ids: list[int]) -> list[float]:
