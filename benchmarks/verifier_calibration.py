@@ -52,15 +52,21 @@ class SimVerifierReplay:
         incremental: prefix caching on (incremental mode) or off (whole-path: STEP pooler).
         kv_bytes: the real engine's KV-cache size (bytes).
         block_size: the real engine's block size (tokens).
+        hardware: the hardware spec to price on (default: the CPU calibration the planner
+            uses for this machine's dtype, `fasttts.engines.real.CPU_CALIBRATIONS`).
+
+    Attributes:
+        last_steps: the roofline shape of each engine step of the latest `call`.
     """
 
-    def __init__(self, incremental: bool, kv_bytes: int = 512 * MiB, block_size: int = 128):
+    def __init__(self, incremental: bool, kv_bytes: int = 512 * MiB, block_size: int = 128,
+                 hardware=None):
         from fasttts.backends.sim.engine import SimEngine, VirtualClock
         from fasttts.backends.vllm_engine import resolve_dtype
         from fasttts.engines.real import CPU_CALIBRATIONS
         from fasttts.perf.specs import load_hardware, load_model, priced_on
 
-        hw = load_hardware(CPU_CALIBRATIONS[resolve_dtype("auto")])
+        hw = hardware or load_hardware(CPU_CALIBRATIONS[resolve_dtype("auto")])
         model = priced_on(load_model("qwen2.5-coder-0.5b-instruct"), hw)
         self.clock = VirtualClock()
         self.engine = SimEngine(model, hw, self.clock,
@@ -68,6 +74,7 @@ class SimVerifierReplay:
                                 64, 8192, 4096, logits=False)
         self.engine.kv.enable_prefix_caching = incremental
         self._ids = 0
+        self.last_steps: list = []
 
     def call(self, waves: list[list[list[int]]]) -> float:
         """Simulated seconds of one scoring call: its waves of prefills (token ids), each
@@ -75,6 +82,7 @@ class SimVerifierReplay:
         from fasttts.backends.sim.engine import SimSequence
 
         t0 = self.clock.t
+        self.engine.step_log = self.last_steps = []
         for wave in waves:
             seqs = []
             for ids in wave:
@@ -87,7 +95,44 @@ class SimVerifierReplay:
                 for s in self.engine.step():
                     left.discard(s)
                     self.engine.finish(s)
+        self.engine.step_log = None
         return self.clock.t - t0
+
+
+def read_calls(path: Path) -> dict[str, list[dict]]:
+    """The recorded scoring calls of `path` (JSON lines, gzip when it ends in .gz), by problem
+    in recorded order: problem_id, kv_bytes, block_size, and per mode ("whole",
+    "incremental") the measured seconds and the waves of token ids."""
+    import gzip
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    by_problem: dict[str, list[dict]] = {}
+    with opener(path, "rt") as f:
+        for line in f:
+            if line.strip():
+                rec = json.loads(line)
+                by_problem.setdefault(rec["problem_id"], []).append(rec)
+    return by_problem
+
+
+def call_shapes(path: Path, min_seconds: float = 0.05) -> list:
+    """Every recorded call of `path` over `min_seconds` as a `fasttts.perf.calibration.
+    MeasuredCall` (kind "verifier whole" / "verifier incremental", group = problem id), its
+    engine steps scheduled by the simulated engine of its mode, each problem's calls in order
+    on one engine (the step shapes do not depend on the hardware spec)."""
+    from fasttts.perf.calibration import MeasuredCall
+
+    out = []
+    for pid, recs in read_calls(path).items():
+        for mode in ("whole", "incremental"):
+            sim = SimVerifierReplay(mode == "incremental", recs[0]["kv_bytes"],
+                                    recs[0]["block_size"])
+            for r in recs:
+                sim.call(r["modes"][mode]["waves"])
+                if r["modes"][mode]["seconds"] > min_seconds:
+                    out.append(MeasuredCall(f"verifier {mode}", pid, tuple(sim.last_steps),
+                                            r["modes"][mode]["seconds"]))
+    return out
 
 
 def _sim_seconds(warm, timed, incremental: bool) -> float:
@@ -107,12 +152,17 @@ def waves_of(verifier, reqs: list[ScoreRequest], incremental: bool) -> list[list
              if r.start + w < len(r.steps)] for w in range(depth)]
 
 
-def _point(verifier, incremental: bool, batch: int, steps: int, words: int, seed: int):
+def _requests(batch: int, steps: int, words: int, seed: int):
+    """(warm-up, timed) requests of one grid point: `batch` random paths of `steps` steps."""
     rng = random.Random(seed)
     problem = "Find the value of x if " + " ".join(rng.choice(WORDS) for _ in range(30)) + "?"
     paths = [_steps(rng, steps, words // 2) for _ in range(batch)]
-    warm = [ScoreRequest(problem, p[:-1], 0) for p in paths]
-    timed = [ScoreRequest(problem, p, steps - 1) for p in paths]
+    return ([ScoreRequest(problem, p[:-1], 0) for p in paths],
+            [ScoreRequest(problem, p, steps - 1) for p in paths])
+
+
+def _point(verifier, incremental: bool, batch: int, steps: int, words: int, seed: int):
+    warm, timed = _requests(batch, steps, words, seed)
     verifier.engine.reset_prefix_cache()
     verifier.score(warm)
     t0 = time.perf_counter()
@@ -130,12 +180,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--points", default=None, metavar="BxSxW,...",
                    help="grid points: B paths x S steps x W words per step (default: the grid)")
-    p.add_argument("--replay", default=None, metavar="CALLS.jsonl",
+    p.add_argument("--replay", default=None, metavar="CALLS.jsonl[.gz]",
                    help="instead of the grid, price the real scoring calls a search made "
                         "(written by benchmarks/verifier_modes_real.py) and compare")
+    p.add_argument("--reprice", default=None, metavar="GRID.json",
+                   help="instead of measuring, price the points of an earlier grid run (its "
+                        "--out file, measured with --repeats 1) on the current CPU calibration")
     args = p.parse_args(argv)
     if args.replay:
         return replay(Path(args.replay))
+    if args.reprice:
+        return reprice(Path(args.reprice))
     grid = ([tuple(int(x) for x in pt.split("x")) for pt in args.points.split(",")]
             if args.points else GRID)
     from fasttts.models.derived import math_shepherd_checkpoint
@@ -171,10 +226,7 @@ def replay(calls: Path) -> int:
     kv_bytes, block_size, and per mode its measured seconds and waves of token ids) on the
     simulated verifier of its mode, each problem's calls in order on one simulated engine, and
     print measured vs simulated seconds per problem and mode, and the per-call errors."""
-    by_problem: dict[str, list[dict]] = {}
-    for line in calls.read_text().splitlines():
-        rec = json.loads(line)
-        by_problem.setdefault(rec["problem_id"], []).append(rec)
+    by_problem = read_calls(calls)
     errors: dict[str, list[float]] = {"whole": [], "incremental": []}
     print("| problem | mode | calls | measured s | simulated s | error |")
     print("|---|---|---|---|---|---|")
@@ -197,7 +249,39 @@ def replay(calls: Path) -> int:
     return 0
 
 
-def _report(rows: list[dict], out: Path) -> None:
+def _formatter():
+    """The derived Math-Shepherd checkpoint's prompt formatting (`path_ids`) without an engine:
+    its tokenizer and step tag only, for pricing recorded points offline."""
+    from transformers import AutoTokenizer
+
+    from fasttts.models.derived import math_shepherd_checkpoint
+    from fasttts.verifiers.math_shepherd import MathShepherdVerifier
+
+    folder = math_shepherd_checkpoint(Path(tempfile.mkdtemp()) / "ms", DEFAULT_GENERATOR)
+    fmt = object.__new__(MathShepherdVerifier)  # no engine: formatting needs the tokenizer only
+    fmt.tokenizer = AutoTokenizer.from_pretrained(folder)
+    fmt.step_tag_id = fmt._single_token_tag(str(folder))
+    fmt.max_model_len = 4096
+    return fmt
+
+
+def reprice(grid: Path) -> int:
+    """Price the points of an earlier grid run (`--out` of a `--repeats 1` run: each point's
+    texts are those of seed = its batch size) on the current CPU calibration, and print the
+    measured vs simulated table."""
+    fmt = _formatter()
+    rows = []
+    for r in json.loads(grid.read_text()):
+        incremental = r["mode"] == "incremental"
+        warm, timed = _requests(r["batch"], r["steps"], r["step_words"], r["batch"])
+        sim = _sim_seconds(waves_of(fmt, warm, incremental), waves_of(fmt, timed, incremental),
+                           incremental)
+        rows.append({**r, "simulated_s": sim, "rel_error": sim / r["measured_s"] - 1})
+    _report(rows, None)
+    return 0
+
+
+def _report(rows: list[dict], out: Path | None) -> None:
     print("\n| mode | B | steps | measured s | simulated s | error |")
     print("|---|---|---|---|---|---|")
     for r in rows:
@@ -206,6 +290,8 @@ def _report(rows: list[dict], out: Path) -> None:
     for mode in ("whole-path", "incremental"):
         errs = [abs(r["rel_error"]) for r in rows if r["mode"] == mode]
         print(f"{mode}: median |error| {statistics.median(errs):.0%}, max {max(errs):.0%}")
+    if out is None:
+        return
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(rows, indent=1))

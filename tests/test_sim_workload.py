@@ -124,6 +124,40 @@ def test_calibration_fit_recovers_a_known_spec():
         fit_hardware(model, steps[:3], "fit", 1, "x")
 
 
+def test_calibration_fit_prices_a_call_as_the_sum_of_its_engine_steps():
+    """Verifier calls (several engine steps, timed whole) fitted with generator steps recover
+    the spec; a call's prediction is the sum of its steps' roofline times, and the steps are
+    those the simulated engine logs for it."""
+    from fasttts.backends.sim.engine import SimEngine, SimSequence, VirtualClock
+    from fasttts.perf.calibration import MeasuredCall, predict
+
+    model = load_model("qwen2.5-coder-0.5b-instruct")
+    true = HardwareSpec(name="t", peak_flops=5e10, memory_bandwidth=3.6e10,
+                        memory_bytes=1 << 34, step_overhead_s=0.3, overlap=0.0, source="test")
+    engine = SimEngine(model, true, VirtualClock(), 512, 128, 64, 2048, 4096, logits=False)
+    engine.kv.enable_prefix_caching = False  # whole-path: every call prefills every token
+    calls = []
+    for batch, length in ((4, 300), (16, 400), (2, 1500), (8, 900)):
+        engine.step_log, t0 = [], engine.clock.t
+        seqs = [SimSequence(f"{batch}-{i}", [7 + i] * length) for i in range(batch)]
+        for s in seqs:
+            engine.add(s)
+        while engine.seqs:
+            for s in engine.step():
+                engine.finish(s)
+        calls.append(MeasuredCall("verifier whole", str(batch), tuple(engine.step_log),
+                                  engine.clock.t - t0))
+    assert [len(c.steps) for c in calls] == [1, 4, 2, 4]  # 2048-token budget: chunked
+    assert all(predict(model, true, c) == pytest.approx(c.seconds) for c in calls)
+    gen = [MeasuredStep("decode", b, c, 1, 0.0) for b in (1, 4, 16) for c in (64, 1024)]
+    gen = [MeasuredStep(s.kind, s.batch, s.context, 1, step_time(model, true, s.shape()))
+           for s in gen]
+    fitted = fit_hardware(model, gen + calls, "fit", 1 << 34, "test")
+    rows, med, _ = error_table(model, fitted, gen + calls)
+    assert med < 0.01
+    assert rows[-1]["group"] == "8" and rows[-1]["engine_steps"] == 4
+
+
 def test_a_head_start_longer_than_the_own_step_ends_at_the_next_delimiter():
     """A sibling's partial step inherited as a head start, longer than the step this seed would
     write, is finished with the step's own ending: the stream's next tokens reach the

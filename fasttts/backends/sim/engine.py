@@ -107,6 +107,7 @@ class SimEngine:
         self.num_recomputed_tokens = 0
         self.num_steps = 0
         self.busy_time = 0.0
+        self.step_log: list[StepShape] | None = None  # a list: every step's shape (calibration)
 
     def resize(self, kv_bytes: int) -> None:
         """Give the KV cache `kv_bytes` bytes (whole blocks), as rebuilding a real engine with
@@ -219,6 +220,8 @@ class SimEngine:
             self.kv.commit(seq.kv, seq.token_ids, end)
             if full:
                 done.append(seq)
+        if self.step_log is not None:
+            self.step_log.append(shape)
         dt = step_time(self.model, self.hw, shape)
         self.clock.advance(dt)
         self.busy_time += dt
