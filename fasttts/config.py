@@ -116,12 +116,23 @@ class VerifierConfig(_Strict):
         agg_strategy: step-score aggregation: how a path's step scores become one score
             (`last|min|prod|mean`).
         batch_size: most scoring requests in flight at once (verifier batch, B_pre).
+        confidence_window: for the "confidence" kind, score a step by DeepConf's lowest mean
+            token log-probability over any window of this many consecutive tokens up to the
+            step's end (tokens); None scores it by the step's own mean.
     """
 
     kind: Literal["auto", VerifierKind] = "auto"
     engine: EngineConfig = Field(default_factory=lambda: EngineConfig(model=DEFAULT_VERIFIER))
     agg_strategy: AggStrategy = "last"
     batch_size: int = Field(default=64, gt=0)
+    confidence_window: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _window_needs_confidence(self) -> VerifierConfig:
+        if self.confidence_window is not None and self.kind != "confidence":
+            raise ValueError(f"confidence_window applies to verifier kind 'confidence' only, "
+                             f"not {self.kind!r}; drop it or use --verifier-kind confidence")
+        return self
 
 
 class SearchConfig(_Strict):

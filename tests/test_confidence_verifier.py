@@ -246,3 +246,24 @@ def test_server_start_line_names_no_verifier_model():
 
     line = start_line(_cfg(), ["fasttts"], "http://x")
     assert "the generator's own confidence" in line and "math-shepherd" not in line
+
+
+def test_confidence_window_flag_reaches_the_verifier():
+    """`--confidence-window 2` builds the lowest-window verifier (the hand-computed scores of
+    `test_lowest_window_score_by_hand`); without it the mean; with another kind, an error."""
+    from fasttts.cli import _run_config, build_parser
+
+    def built(*argv):
+        args = build_parser().parse_args(["solve", "x", "--verifier-kind", "confidence", *argv])
+        return build_verifier(_run_config(args).verifier)
+
+    lps = ((-0.1, -0.3), (-1.0,), (0.0, 0.0))
+    req = ScoreRequest("p", ("a", "b", "c"), 0, lps)
+    assert built("--confidence-window", "2").score([req])[0] == pytest.approx(
+        [math.exp(-0.2), math.exp(-0.65), math.exp(-0.65)])
+    assert built().score([req])[0] == pytest.approx([math.exp(-0.2), math.exp(-1.0), 1.0])
+    with pytest.raises(ValueError, match="confidence_window applies to verifier kind "
+                                         "'confidence' only, not 'judge'"):
+        VerifierConfig(kind="judge", confidence_window=2)
+    with pytest.raises(ValueError, match="greater than 0"):
+        VerifierConfig(kind="confidence", confidence_window=0)

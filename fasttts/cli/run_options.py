@@ -50,6 +50,7 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                                    f"--backend sim"})
     add_flags(g, VerifierConfig, ["batch_size"], flags={"batch_size": "--verifier-batch-size"},
               dests={"batch_size": "verifier_batch_size"})
+    add_flags(g, VerifierConfig, ["confidence_window"], metavars={"confidence_window": "TOKENS"})
 
 
 def _add_sim_options(p: argparse.ArgumentParser) -> None:
@@ -214,7 +215,8 @@ def run_config(args: argparse.Namespace):
         verifier=VerifierConfig(kind=args.verifier_kind,
                                 engine=engine(verifier, args.verifier_kv_cache),
                                 agg_strategy=args.agg_strategy,
-                                batch_size=args.verifier_batch_size),
+                                batch_size=args.verifier_batch_size,
+                                confidence_window=args.confidence_window),
         search=SearchConfig(**flag_values(args, search, GIVEN_ONLY)),
     )
 

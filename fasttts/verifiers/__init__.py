@@ -95,4 +95,5 @@ def build_verifier(cfg: VerifierConfig, incremental: bool = False) -> Verifier:
         raise IncrementalNotSupported(
             f"--incremental-verification: verifier kind {kind!r} cannot score steps "
             f"incrementally; kinds that can: {', '.join(incremental_kinds())}")
-    return cls(cfg.engine, batch_size=cfg.batch_size, incremental=incremental)
+    window = {"window": cfg.confidence_window} if cfg.confidence_window is not None else {}
+    return cls(cfg.engine, batch_size=cfg.batch_size, incremental=incremental, **window)
