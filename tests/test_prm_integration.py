@@ -62,6 +62,8 @@ def compare_modes(make):
             for i, s in enumerate(inc.score([ScoreRequest(PROBLEM, p[: k + 1], k) for p in paths])):
                 got[i] += s
         stats = inc.cache_stats().since(before)
+        # no block size configured or 32: the incremental engine runs 32-token blocks on CPU
+        assert inc.cache_stats().block_size == 32
         worst = max(abs(a - b) for r, g in zip(ref, got) for a, b in zip(r, g))
         assert worst <= TOL, worst
         assert stats.prefix_cache_hit_rate > 0.5  # the prefix cache served the earlier steps
@@ -137,8 +139,8 @@ def test_qwen_prm_format_whole_path_and_incremental(tmp_path):
     from fasttts.verifiers.qwen_prm import QwenPRMVerifier
 
     folder = _qwen_prm(tmp_path / "qwen-prm", head_seed=1)
-    n, worst = compare_modes(lambda inc: QwenPRMVerifier(_engine(folder, block_size=32),
-                                                         incremental=inc))
+    # no block size given: the incremental engine takes INCREMENTAL_CPU_BLOCK_SIZE (32)
+    n, worst = compare_modes(lambda inc: QwenPRMVerifier(_engine(folder), incremental=inc))
     print(f"qwen-prm format: {n} steps, worst |incremental - whole| = {worst:.2e}")
 
 

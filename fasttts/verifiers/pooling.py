@@ -12,7 +12,8 @@ is what vLLM's prefix cache needs. Two modes, one per engine (`incremental`):
   it is scored.
 - **incremental**: one request per new step, cut right after the step's tag, read at its last
   token (sequence LAST pooling, or token-wise ALL pooling reading the cache, where the model
-  has no sequence pooler). Every PRM here is causal, so the hidden state at a tag depends only
+  has no sequence pooler), on 32-token KV blocks on vLLM's CPU build unless configured
+  (`incremental_engine_config`: vLLM reuses whole blocks only). Every PRM here is causal, so the hidden state at a tag depends only
   on the tokens before it: the score equals the whole-path score of that step, and vLLM's
   prefix cache serves everything before the step.
 
@@ -26,8 +27,8 @@ from __future__ import annotations
 import itertools
 from abc import abstractmethod
 
-from fasttts.backends.vllm_engine import (build_engine, engine_cache_stats, run_batch,
-                                          shutdown_engine)
+from fasttts.backends.vllm_engine import (build_engine, engine_cache_stats,
+                                          incremental_engine_config, run_batch, shutdown_engine)
 from fasttts.config import EngineConfig
 from fasttts.verifiers.base import ScoreRequest, Verifier
 
@@ -59,6 +60,8 @@ class PoolingPRMVerifier(Verifier):
 
     def __init__(self, cfg: EngineConfig, batch_size: int = 64, incremental: bool = False):
         self.incremental = incremental
+        if incremental:  # smaller blocks on CPU: less of each path recomputed
+            cfg = incremental_engine_config(cfg)
         self.engine = build_engine(cfg, runner="pooling", **self.engine_overrides(cfg, incremental))
         self.tokenizer = self.engine.get_tokenizer()
         self.max_model_len = self.engine.model_config.max_model_len

@@ -7,7 +7,9 @@ Each `step()`:
    arrival) is preempted by recompute: its blocks are freed and it goes back to waiting;
 2. if nothing was preempted, admits waiting sequences in (priority, arrival) order while
    fewer than `max_num_seqs` run and budget is left, after a prefix-cache lookup (chunked
-   prefill when the prompt exceeds the budget); admission stops at the first that does not fit;
+   prefill when the prompt exceeds the budget; without chunked prefill, as on vLLM's CPU
+   build, admission stops at the first prompt whose uncached tokens exceed the budget left,
+   as vLLM's scheduler does); admission stops at the first whose blocks do not fit;
 3. advances the shared virtual clock by the roofline time of the batch it ran
    (`fasttts.perf.roofline.step_time`);
 4. returns the sequences whose tokens are now all computed (the caller samples their next
@@ -75,6 +77,8 @@ class SimEngine:
         max_num_batched_tokens: token budget of one step (chunked prefill).
         max_model_len: longest sequence (tokens).
         logits: generation engine (True) or prefill-only verifier engine (False).
+        chunked_prefill: split a prompt over steps when it exceeds the budget left (vLLM's
+            default); False admits whole prompts only (fasttts's engines on the CPU build).
 
     Raises:
         ValueError: the KV cache cannot hold one sequence of `max_model_len` tokens (vLLM
@@ -83,7 +87,7 @@ class SimEngine:
 
     def __init__(self, model: ModelSpec, hw: HardwareSpec, clock: VirtualClock, num_blocks: int,
                  block_size: int, max_num_seqs: int, max_num_batched_tokens: int,
-                 max_model_len: int, logits: bool = True):
+                 max_model_len: int, logits: bool = True, chunked_prefill: bool = True):
         if min(max_num_seqs, max_num_batched_tokens, max_model_len) < 1:
             raise ValueError("max_num_seqs, max_num_batched_tokens and max_model_len must be >= 1")
         need = -(-max_model_len // block_size)
@@ -99,6 +103,7 @@ class SimEngine:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
         self.logits = logits
+        self.chunked_prefill = chunked_prefill
         self.running: list[SimSequence] = []
         self._waiting: list[tuple[int, int, SimSequence]] = []
         self._arrivals = itertools.count()
@@ -192,6 +197,9 @@ class SimEngine:
         while not preempted and self._waiting and len(self.running) < self.max_num_seqs and budget > 0:
             seq = self._waiting[0][2]
             found = self.kv.lookup(seq.token_ids, seq.kv)
+            if not self.chunked_prefill and len(seq.token_ids) - found > budget:
+                self.kv.free(seq.kv)
+                break
             n = min(len(seq.token_ids) - found, budget)
             if not self.kv.allocate(seq.kv, found + n):
                 self.kv.free(seq.kv)
