@@ -437,27 +437,29 @@ def _print_errors(model, hw, steps) -> None:
               f"{r['measured_s'] * 1e3:>13.1f}{r['predicted_s'] * 1e3:>14.1f}"
               f"{r['rel_error']:>+9.1%}")
     print(f"relative error over {len(rows)} generator steps: median {med:.1%}, max {mx:.1%}")
-    for kind in sorted({s.kind for s in steps} - {s.kind for s in gen}):
-        rows, med, mx = error_table(model, hw, [s for s in steps if s.kind == kind])
+    _print_call_errors(model, hw, [s for s in steps if not isinstance(s, MeasuredStep)], "")
+
+
+def _print_call_errors(model, hw, calls, label: str) -> None:
+    """Median, signed median and max relative error of `calls`, per kind."""
+    from fasttts.perf.calibration import error_table
+
+    for kind in sorted({c.kind for c in calls}):
+        rows, med, mx = error_table(model, hw, [c for c in calls if c.kind == kind])
         signed = statistics.median(r["rel_error"] for r in rows)
-        print(f"{kind}: {len(rows)} calls, median |error| {med:.1%} (signed {signed:+.1%}), "
-              f"max {mx:.1%}")
+        print(f"{label}{kind}: {len(rows)} calls, median |error| {med:.1%} "
+              f"(signed {signed:+.1%}), max {mx:.1%}")
 
 
 def _held_out(model, steps, fit_one) -> None:
     """Leave one problem out: fit without a problem's verifier calls, price them."""
-    from fasttts.perf.calibration import MeasuredCall, error_table
+    from fasttts.perf.calibration import MeasuredCall
 
-    groups = sorted({s.group for s in steps if isinstance(s, MeasuredCall)})
+    calls = [s for s in steps if isinstance(s, MeasuredCall)]
+    groups = sorted({c.group for c in calls})
     for g in groups if len(groups) > 1 else []:
-        hw = fit_one([s for s in steps if getattr(s, "group", None) != g])
-        for kind in sorted({s.kind for s in steps if getattr(s, "group", None) == g}):
-            rows, med, _ = error_table(model, hw, [s for s in steps
-                                                   if getattr(s, "group", None) == g
-                                                   and s.kind == kind])
-            signed = statistics.median(r["rel_error"] for r in rows)
-            print(f"held out {g}, {kind}: {len(rows)} calls, median |error| {med:.1%} "
-                  f"(signed {signed:+.1%})")
+        hw = fit_one([s for s in steps if not (isinstance(s, MeasuredCall) and s.group == g)])
+        _print_call_errors(model, hw, [c for c in calls if c.group == g], f"held out {g}, ")
 
 
 def _source(model, steps, meta: dict) -> str:

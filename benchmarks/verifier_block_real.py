@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 
 from fasttts.config import DEFAULT_GENERATOR, EngineConfig
-from verifier_calibration import MAX_MODEL_LEN, read_calls  # benchmarks/ is on sys.path when run as a script
+# benchmarks/ is on sys.path when run as a script
+from verifier_calibration import MAX_MODEL_LEN, read_calls
 
 GiB = 1 << 30
 

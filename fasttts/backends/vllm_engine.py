@@ -17,8 +17,8 @@ from fasttts.config import EngineConfig
 from fasttts.models import ModelLoadError, resolve_model
 
 __all__ = ["INCREMENTAL_CPU_BLOCK_SIZE", "build_engine", "configure_vllm_env",
-           "count_prefix_cache", "cpu_batched_tokens", "engine_block_pool", "engine_block_size", "engine_cache_stats",
-           "engine_counters", "engine_scheduler", "incremental_engine_config",
+           "count_prefix_cache", "cpu_batched_tokens", "engine_block_pool", "engine_block_size",
+           "engine_cache_stats", "engine_counters", "engine_scheduler", "incremental_engine_config",
            "min_kv_cache_tokens", "resolve_dtype", "run_batch", "shutdown_engine"]
 
 #: CPU flags (Linux /proc/cpuinfo names) under which oneDNN runs bf16 matmuls natively.
