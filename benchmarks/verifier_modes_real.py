@@ -4,6 +4,8 @@ Usage:
     .venv/bin/python benchmarks/verifier_modes_real.py --dataset math500 --limit 10 --n 16 \
         --beam-width 4 --out runs/i14-real-modes
 
+(`--offset K` skips the file's first K problems.)
+
 One process holds the generator (the embedded 0.5B model) and TWO verifier engines of the same
 Math-Shepherd-format checkpoint derived from it (`fasttts.models.derived`): one whole-path
 (vLLM's STEP pooler, no prefix-cache read: what search-and-learn on vLLM runs) and one
@@ -23,6 +25,7 @@ verifier seconds per mode and their ratio, the verifier's prefix-cache hit rate 
 tokens each mode computed, the largest |score difference|, and how many scoring calls keep the
 same top-(n / beam_width) paths under both score sets (by the newest step's score: beam
 search's "last" aggregation). The median of per-problem ratios is the headline.
+Every call's scores in both modes are kept in calls.jsonl too.
 """
 
 from __future__ import annotations
@@ -75,7 +78,8 @@ class DualVerifier(Verifier):
             self.seconds[mode] += took
             rec[mode] = {"seconds": took, "waves": waves_of(self.modes[mode], requests,
                                                             mode == "incremental"),
-                         "block_size": self.modes[mode].cache_stats().block_size}
+                         "block_size": self.modes[mode].cache_stats().block_size,
+                         "scores": out[mode]}
         self.calls += 1
         self._compare(out["whole"], out["incremental"])
         if self.calls_log is not None:
@@ -91,8 +95,9 @@ class DualVerifier(Verifier):
                 self.max_diff = max(self.max_diff, abs(x - y))
                 self.steps_compared += 1
         newest = [(i, a[-1], b[-1]) for i, (a, b) in enumerate(zip(whole, inc)) if a]
-        top = lambda k: {i for i, *_ in sorted(newest, key=lambda t: -t[k])[: self.keep]}  # noqa: E731
-        self.same_top += top(1) == top(2)
+        by_whole, by_inc = ({i for i, *_ in sorted(newest, key=lambda t: -t[k])[: self.keep]}
+                            for k in (1, 2))
+        self.same_top += by_whole == by_inc
 
     def cache_stats(self):
         return self.modes["incremental"].cache_stats()
@@ -167,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", default="math500")
     p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--offset", type=int, default=0, help="problems to skip from the file's start")
     p.add_argument("--n", type=int, default=16)
     p.add_argument("--beam-width", type=int, default=4)
     p.add_argument("--max-tokens", type=int, default=1024)
@@ -180,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     log = out / "runs.jsonl"
     done = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
     seen = {r["problem_id"] for r in done}
-    todo = [q for q in load_dataset(args.dataset, args.limit) if q.id not in seen]
+    problems = load_dataset(args.dataset, args.limit, offset=args.offset)
+    todo = [q for q in problems if q.id not in seen]
     search = SearchConfig(method="beam_search", n=args.n, beam_width=args.beam_width,
                           max_tokens=args.max_tokens, seed=args.seed)
     if todo:
