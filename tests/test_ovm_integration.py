@@ -5,7 +5,8 @@ from a truncated sequence-classification checkpoint by vLLM's pooling runner
 (`OVMVerifier`). This test builds such a checkpoint from the embedded generator (4 layers, a
 seeded random head), and checks that vLLM's step scores equal sigmoid(weight . feature) of the
 transformers features, in whole-path and incremental mode, and that the incremental verifier
-reads its prefix cache. Both sides run in float32 on CPUs without bf16 (dtype "auto").
+reads its prefix cache. Both sides run in float32 (the engine pinned to it: on a CPU with
+AVX-512 BF16 "auto" would be bfloat16, whose rounding alone moves these scores by ~2e-3).
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def test_vllm_scores_equal_the_fitted_head(checkpoint):
     assert len(want) == 3 and max(want) - min(want) > 0.01  # not saturated, not constant
     for incremental in (False, True):
         v = OVMVerifier(EngineConfig(model=str(folder), kv_cache_memory_bytes=64 * MiB,
-                                     max_model_len=1024, block_size=32), incremental=incremental)
+                                     max_model_len=1024, block_size=32, dtype="float32"),
+                        incremental=incremental)
         try:
             ids, tags = v.path_ids(PROBLEM, STEPS)
             assert len(tags) >= len(STEPS) and all(ids[t] == v.step_tag_id for t in tags)
