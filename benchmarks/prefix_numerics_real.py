@@ -23,24 +23,11 @@ so any difference is the engine's own numerics (how the pass that wrote the KV w
 from __future__ import annotations
 
 import argparse
-import tempfile
 from pathlib import Path
 
-from fasttts.config import DEFAULT_GENERATOR, EngineConfig
 # benchmarks/ is on sys.path when run as a script
-from verifier_calibration import MAX_MODEL_LEN, read_calls
-
-GiB = 1 << 30
-
-
-def _verifier(block_size: int, dtype: str):
-    from fasttts.models.derived import math_shepherd_checkpoint
-    from fasttts.verifiers.math_shepherd import MathShepherdVerifier
-
-    folder = math_shepherd_checkpoint(Path(tempfile.mkdtemp()) / "ms", DEFAULT_GENERATOR)
-    return MathShepherdVerifier(EngineConfig(model=str(folder), kv_cache_memory_bytes=GiB,
-                                             max_model_len=MAX_MODEL_LEN, block_size=block_size,
-                                             num_threads=1, dtype=dtype), incremental=True)
+from verifier_block_real import _verifiers
+from verifier_calibration import read_calls
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     requests = [ids for recs in read_calls(Path(args.calls)).values() for rec in recs
                 for wave in rec["modes"]["incremental"]["waves"] for ids in wave]
     path = max(requests, key=len)
-    v = _verifier(args.block_size, args.dtype)
+    v = _verifiers([args.block_size], 1, args.dtype)[args.block_size]
     params, names = v.last_token_params(), iter(range(1 << 30))
 
     def score(batch: list[list[int]]) -> float:

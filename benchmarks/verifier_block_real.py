@@ -37,15 +37,16 @@ from verifier_calibration import MAX_MODEL_LEN, read_calls
 GiB = 1 << 30
 
 
-def _verifiers(block_sizes: list[int], threads: int) -> dict:
-    """One incremental Math-Shepherd-format verifier per block size."""
+def _verifiers(block_sizes: list[int], threads: int, dtype: str = "auto") -> dict:
+    """One incremental Math-Shepherd-format verifier per block size (engine `dtype`)."""
     from fasttts.models.derived import math_shepherd_checkpoint
     from fasttts.verifiers.math_shepherd import MathShepherdVerifier
 
     folder = math_shepherd_checkpoint(Path(tempfile.mkdtemp()) / "ms", DEFAULT_GENERATOR)
     return {bs: MathShepherdVerifier(EngineConfig(model=str(folder), kv_cache_memory_bytes=GiB,
                                                   max_model_len=MAX_MODEL_LEN, block_size=bs,
-                                                  num_threads=threads), incremental=True)
+                                                  num_threads=threads, dtype=dtype),
+                                     incremental=True)
             for bs in block_sizes}
 
 
