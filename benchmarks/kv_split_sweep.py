@@ -12,8 +12,16 @@ on fresh simulated engines sharing the static split's budget (the generator gets
 with incremental verification on and everything else as the baseline. Prints per split: the
 verifier's and the generator's simulated seconds, the verifier's prefix-cache hit rate and
 the prompt tokens it computed, iterations, the measured tree (`SearchResult.tree_tokens`) and
-tokens per returned path. Then the plan `--memory-planner` makes for the same run, with the
-planner's tree (W) and reuse terms (R) for both models.
+tokens per returned path. Then each model's seconds above its largest cache's, measured
+against the planner's reuse term, and the plan `--memory-planner` makes for the same run, with
+the planner's tree (W) and reuse terms (rho R) for both models.
+
+    --fit                fit each model's `memory_planner.HitModel` (kappa, rho) to the rows
+    --from-table FILE    use the rows of a table printed earlier (no searches run)
+
+The committed fit and its out-of-sample check (docs/verifier-pricing.md, "The KV split"):
+    ... --dataset math500 | tee math500.md; ... --dataset math500 --from-table math500.md --fit
+    ... --dataset aime24 --from-table benchmarks/results/kv_split_aime24.md
 """
 
 from __future__ import annotations
@@ -41,7 +49,13 @@ def _config(args, planner: bool) -> RunConfig:
         runtime=RuntimeConfig(incremental_verification=True, memory_planner=planner))
 
 
-def _run(args, problem, verifier_bytes: int) -> str:
+_COLUMNS = ("verifier KV GiB", "generator KV GiB", "verifier s", "generator s", "sum s",
+            "verifier hit", "verifier tokens computed", "iterations", "tree tokens",
+            "tokens/path")
+
+
+def _run(args, problem, verifier_bytes: int) -> list[float]:
+    """One search at one split: the table's row (`_COLUMNS`)."""
     cfg = _config(args, planner=False)
     split = sim_backend.sim_device(cfg).split
     budget = split.generator_kv + split.verifier_kv
@@ -55,33 +69,93 @@ def _run(args, problem, verifier_bytes: int) -> str:
                        cfg.runtime).run(problem.problem, problem.id)
     st = ver.cache_stats().since(before)
     path = sum(len(c.token_ids) for c in res.completions) / max(1, len(res.completions))
-    return (f"| {verifier_bytes / GiB:.3f} | {(budget - verifier_bytes) / GiB:.2f} | "
-            f"{res.verifier_time:.1f} | {res.generator_time:.1f} | "
-            f"{res.verifier_time + res.generator_time:.1f} | {st.prefix_cache_hit_rate:.3f} | "
-            f"{st.prefix_cache_queries - st.prefix_cache_hits} | {res.num_iterations} | "
-            f"{res.tree_tokens} | {path:.0f} |")
+    return [round(verifier_bytes / GiB, 3), round((budget - verifier_bytes) / GiB, 2),
+            round(res.verifier_time, 1), round(res.generator_time, 1),
+            round(res.verifier_time + res.generator_time, 1),
+            round(st.prefix_cache_hit_rate, 3), st.prefix_cache_queries - st.prefix_cache_hits,
+            res.num_iterations, res.tree_tokens, round(path)]
 
 
-def _plan(args) -> None:
-    from fasttts.engines.sim import _floors, plan_sim
+def _print_row(row: list[float]) -> None:
+    print("| " + " | ".join(f"{x:.3f}" if i in (0, 5) else f"{x:.2f}" if i == 1 else
+                             f"{x:.1f}" if i in (2, 3, 4) else f"{x:.0f}"
+                             for i, x in enumerate(row)) + " |", flush=True)
+
+
+def _load_rows(path: str) -> list[list[float]]:
+    """The rows of a table this script printed (its markdown, e.g. saved with `tee`)."""
+    rows = []
+    for line in open(path, encoding="utf-8"):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == len(_COLUMNS) and cells[0][:1].isdigit():
+            rows.append([float(c) for c in cells])
+    if not rows:
+        raise SystemExit(f"{path}: no rows of a kv_split_sweep table")
+    return rows
+
+
+def _planner_sides(args):
+    """The planner's workload for this run and its (verifier, generator) sides."""
+    from fasttts.engines.sim import _floors
     from fasttts.runtime.memory_planner import model_sides
     from fasttts.runtime.plan_workload import plan_input
 
     cfg = _config(args, planner=True)
     dev = sim_backend.sim_device(cfg)
-    plan, sizes = plan_sim(cfg, dev)
     vf, gf = _floors(cfg)
     inp = plan_input(cfg, dev.split.generator_kv + dev.split.verifier_kv, dev.generator,
                      dev.verifier, dev.hardware, None, vf * dev.verifier.kv_bytes_per_token,
                      gf * dev.generator.kv_bytes_per_token)
-    ver, gen = model_sides(inp)
+    return cfg, dev, inp, model_sides(inp)
+
+
+def _fit(args, rows: list[list[float]]) -> None:
+    """Fit seconds = a + b exp(-cache / tau) to each model's column and print the hit model
+    (`memory_planner.HitModel`) it gives: kappa = tau / W, rho = b / R (the planner's W, R)."""
+    import numpy as np
+    from scipy.optimize import curve_fit
+
+    from fasttts.runtime.memory_planner import GENERATOR_HIT, VERIFIER_HIT
+
+    _, _, _, sides = _planner_sides(args)
+    for name, col, t_col, side, hit in (("verifier", 0, 2, sides[0], VERIFIER_HIT),
+                                        ("generator", 1, 3, sides[1], GENERATOR_HIT)):
+        c, t = np.array([r[col] for r in rows]) * GiB, np.array([r[t_col] for r in rows])
+        (a, b, tau), _ = curve_fit(lambda x, a, b, tau: a + b * np.exp(-x / tau), c, t,
+                                   p0=(t.min(), t.max() - t.min(), 0.3 * GiB), maxfev=20000)
+        r_raw = side.full / hit.rho
+        print(f"{name}: seconds = {a:.1f} + {b:.1f} exp(-cache / {tau / GiB:.3f} GiB); planner "
+              f"tree W {side.tree / GiB:.2f} GiB, R {r_raw:.1f} s -> kappa {tau / side.tree:.3f}, "
+              f"rho {b / r_raw:.2f}")
+
+
+def _check(args, rows: list[list[float]]) -> None:
+    """The planner's reuse term against the sweep: each model's seconds above its largest
+    cache's, measured vs predicted, and where the sum of the two is least."""
+    _, _, _, (ver, gen) = _planner_sides(args)
+    big_v, big_g = max(rows, key=lambda r: r[0]), max(rows, key=lambda r: r[1])
+    print("\n| verifier KV GiB | verifier extra s measured | predicted | generator extra s "
+          "measured | predicted | sum measured | sum predicted |\n|---|---|---|---|---|---|---|")
+    for r in rows:
+        pv = ver.recompute(int(r[0] * GiB)) - ver.recompute(int(big_v[0] * GiB))
+        pg = gen.recompute(int(r[1] * GiB)) - gen.recompute(int(big_g[1] * GiB))
+        mv, mg = r[2] - big_v[2], r[3] - big_g[3]
+        print(f"| {r[0]:.3f} | {mv:.1f} | {pv:.1f} | {mg:.1f} | {pg:.1f} | {mv + mg:.1f} | "
+              f"{pv + pg:.1f} |")
+
+
+def _plan(args) -> None:
+    from fasttts.engines.sim import plan_sim
+
+    cfg, dev, inp, (ver, gen) = _planner_sides(args)
+    plan, sizes = plan_sim(cfg, dev)
     print(f"\nplanner: verifier {sizes.verifier_kv / GiB:.3f} GiB (B_pre {plan.b_pre}), "
           f"generator {sizes.generator_kv / GiB:.2f} GiB (B_dec {plan.b_dec}); predicted "
           f"{plan.t_total:.1f} s (verify {plan.t_verify:.1f}, decode {plan.t_decode:.1f}, "
           f"recompute {plan.t_recompute:.1f}); workload S {inp.verifier_len}, D "
           f"{inp.iterations}, W {inp.tree_tokens} tokens; verifier tree "
-          f"{ver.tree / GiB:.2f} GiB, R {ver.full:.1f} s; generator tree {gen.tree / GiB:.2f} "
-          f"GiB, R {gen.full:.1f} s")
+          f"{ver.tree / GiB:.2f} GiB, rho R {ver.full:.1f} s; generator tree "
+          f"{gen.tree / GiB:.2f} GiB, rho R {gen.full:.1f} s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,13 +172,23 @@ def main(argv: list[str] | None = None) -> int:
                    help="verifier KV sizes to try (GiB, comma-separated)")
     p.add_argument("--b-pre", type=int, default=8, help="verifier batch cap (B_pre)")
     p.add_argument("--b-dec", type=int, default=171, help="generator batch cap (B_dec)")
+    p.add_argument("--from-table", metavar="FILE",
+                   help="read the rows from a table this script printed instead of running")
+    p.add_argument("--fit", action="store_true",
+                   help="fit each model's hit model (kappa, rho) to the rows")
     args = p.parse_args(argv)
-    problem = load_dataset(args.dataset, 1)[0]
-    print("| verifier KV GiB | generator KV GiB | verifier s | generator s | sum s | "
-          "verifier hit | verifier tokens computed | iterations | tree tokens | tokens/path |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for gib in args.verifier_gib.split(","):
-        print(_run(args, problem, int(float(gib) * GiB)), flush=True)
+    if args.from_table:
+        rows = _load_rows(args.from_table)
+    else:
+        problem = load_dataset(args.dataset, 1)[0]
+        print("| " + " | ".join(_COLUMNS) + " |\n|" + "---|" * len(_COLUMNS))
+        rows = []
+        for gib in args.verifier_gib.split(","):
+            rows.append(_run(args, problem, int(float(gib) * GiB)))
+            _print_row(rows[-1])
+    if args.fit:
+        _fit(args, rows)
+    _check(args, rows)
     _plan(args)
     return 0
 

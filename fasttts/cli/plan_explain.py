@@ -52,13 +52,12 @@ def _why_split(inp: PlanInput, plan: MemoryPlan) -> str:
                 f"(generator), all of the budget")
     if inp.iterations == 1:
         rule = f"{left} go to the generator (one pass: no prefix to keep between iterations)"
-    elif v_need >= ver.tree and g_need >= gen.tree:
-        rule = (f"these already hold both search trees, so {left} are headroom, in proportion "
-                f"to the trees")
+    elif not ver.saves:
+        rule = f"{left} go to the generator (the verifier re-reads whole paths: no cache use)"
     else:
-        rule = (f"{left} go first to the cache that saves more prefix recompute per byte, up "
-                f"to its search tree (verifier {_gib(ver.tree)}, generator {_gib(gen.tree)}), "
-                f"then in proportion")
+        rule = (f"{left} are split where the two prefix caches save equal recompute time per "
+                f"byte (each model's recompute falls exponentially with its cache, by e per "
+                f"{_gib(ver.scale)} for the verifier and {_gib(gen.scale)} for the generator)")
     return (f"KV split: the batches need {_gib(v_need)} (verifier) + {_gib(g_need)} "
             f"(generator); {rule}: +{_gib(spare_v)} verifier, +{_gib(spare_g)} generator")
 
@@ -92,7 +91,7 @@ def _speedup(plan: MemoryPlan, static: MemoryPlan) -> str:
         why = f"both reach B_pre {plan.b_pre} and B_dec {plan.b_dec}"
     else:
         why = "the planned batches are no faster here"
-    if plan.t_recompute == static.t_recompute == 0:
+    if max(plan.t_recompute, static.t_recompute) < 5e-4:  # below the printed millisecond
         why += " and keep every prefix"
     return (f"planned vs static: same predicted time ({plan.t_total:.3f} s): {why}, so the "
             f"planned split only places spare memory differently")

@@ -26,22 +26,28 @@ Prefix reuse across iterations (an extension of T_tot; `PlanInput.iterations` > 
 charges each path's S tokens once to the verifier, as if every iteration found the previous
 iteration's KV in the prefix cache. A search runs D generate -> verify iterations, and each
 resubmits every path whole (prompt and all earlier steps) to both engines; only what a cache
-still holds from the last iteration is not recomputed. The tree of one iteration (N paths,
-shared prefixes counted once) holds W tokens, so a model whose KV cache holds C bytes keeps a
-fraction h = min(1, C / (W * KVBytes/token)) of it (vLLM frees a finished request's blocks
-tail first, so what is evicted is the unshared tail of old paths), and recomputes the rest:
+still holds from the last iteration is not recomputed. A model whose cache keeps nothing
+recomputes every path's prefix at every iteration, R = T_roof(prefill of N * (S - step_len)
+* D / 2 tokens) (the prefix grows about linearly over the D iterations; the search-and-learn
+order sends siblings N / beam_width requests apart, so a small cache does not even keep what
+siblings share). A cache of C bytes keeps the most-shared part of the tree (vLLM frees a
+finished request's blocks tail first, so the trunk that many paths share stays and the
+unshared tails go), and the recomputed share falls about exponentially in C:
 
-    T_reuse = sum over the two models of (1 - h) * R,
-    R = T_roof(prefill of W_prefix * D / 2 tokens),
+    T_reuse = sum over the two models of rho * R * exp(-C / (kappa * W_bytes)),
 
-where W_prefix = W - N * step_len is the prefix part of the last iteration's tree (it grows
-about linearly over the D iterations). Memory beyond the two batches' needs is given to the
-cache that saves more time per byte (R / W) until it holds its tree, then to the other, and
-the rest in proportion to the two trees, so the planner no longer hands all of it to the
-generator when B_dec = N leaves some over. The batch needs also count the tree: B sequences of
-one iteration hold min(B * KVBytes(1, S), W * KVBytes/token). W is estimated from the search
-shape (`tree_tokens`) or measured by the runtime (`PlanInput.tree_len`). With D = 1 (the
-default) both terms are the paper's and `T_reuse` = 0.
+W_bytes being one iteration's tree (N paths, shared prefixes counted once: W tokens) in the
+model's KV. kappa (the cache, as a share of the tree, that cuts the misses by e) and rho (the
+recompute a model with no cache really pays, per R: a generator whose running batch does not
+fit also loses it to preemption) are fitted per model role (`HitModel`) on simulated sweeps
+of the split on one data set and checked on another (`benchmarks/kv_split_sweep.py`).
+Memory beyond the two batches' needs is split where the two caches save equal time per byte
+(the costs are convex, so the split has one optimum, in closed form: `_split_left`). The batch
+needs also count the tree: B sequences of one iteration hold min(B * KVBytes(1, S), W *
+KVBytes/token). W is estimated from the search shape (`tree_tokens`) or measured by the
+runtime (`PlanInput.tree_len`). With D = 1 (the default) both terms are the paper's and
+`T_reuse` = 0; a verifier that reads no prefix cache (whole-path scoring) pays rho * R
+whatever its size.
 
 The static split of the search-and-learn baseline (the generator gets a fixed share of M) is
 evaluated by the same T_tot, for comparison.
@@ -59,7 +65,8 @@ from dataclasses import dataclass
 from fasttts.perf.roofline import StepShape, step_time
 from fasttts.perf.specs import HardwareSpec, ModelSpec
 
-__all__ = ["PLAN_STEP_LEN", "MemoryPlan", "ModelSide", "PlanError", "PlanInput",
+__all__ = ["GENERATOR_HIT", "PLAN_STEP_LEN", "VERIFIER_HIT", "HitModel", "MemoryPlan",
+           "ModelSide", "PlanError", "PlanInput",
            "generator_only_plan", "iteration_time", "model_sides", "offload_plan", "plan_memory", "plan_within",
            "static_plan"]
 
@@ -72,6 +79,26 @@ class PlanError(ValueError):
 #: Tokens of a path's newest step, the part siblings do not share (the simulated and real
 #: workloads' median steps are 34-90 tokens).
 PLAN_STEP_LEN = 64
+
+
+@dataclass(frozen=True)
+class HitModel:
+    """How one model's recompute falls with its KV cache (module docstring, T_reuse).
+
+    Attributes:
+        kappa: the cache that cuts the recomputed share by e, as a share of the tree W (1).
+        rho: the recompute a cache of nothing really costs, per R (1).
+    """
+
+    kappa: float
+    rho: float
+
+
+#: Fitted by `benchmarks/kv_split_sweep.py --fit` on simulated RTX 4090 sweeps of the KV split
+#: (beam search n = 512, Qwen2.5-Math-7B + Skywork-PRM-1.5B, MATH-500 problem 1); checked out
+#: of sample on AIME 2024 problem 1 (docs/verifier-pricing.md, "The KV split").
+VERIFIER_HIT = HitModel(kappa=0.153, rho=2.54)
+GENERATOR_HIT = HitModel(kappa=0.159, rho=9.64)
 
 
 @dataclass(frozen=True)
@@ -180,11 +207,12 @@ class PlanInput:
 
     def recompute_tokens(self) -> int:
         """Tokens each model recomputes over the search when its cache keeps nothing between
-        iterations: W_prefix * D / 2 (module docstring); 0 for one pass."""
+        iterations: every path's prefix at every iteration, N * (S - step_len) * D / 2
+        (module docstring); 0 for one pass."""
         if self.iterations == 1:
             return 0
-        prefix = max(0, self.tree_tokens - self.num_requests * self.step_len)
-        return prefix * self.iterations // 2
+        prefix = max(0, self.verifier_len - self.step_len)
+        return self.num_requests * prefix * self.iterations // 2
 
 
 @dataclass(frozen=True)
@@ -247,34 +275,38 @@ class ModelSide:
         floor: bytes its KV cache takes however small its batch (`PlanInput.verifier_floor`).
         reuse: its cache is read across iterations (the verifier: `verifier_reuse`).
         tree: bytes of one iteration's search tree W in its KV (bytes).
-        full: R, its prefix recompute over the search when nothing is kept (s; 0 for one pass).
+        full: rho * R, its recompute over the search when its cache keeps nothing (s; 0 for
+            one pass).
+        scale: kappa * tree, the cache that cuts its recompute by e (bytes).
     """
 
     def __init__(self, inp: PlanInput, model: ModelSpec, per_seq: int, floor: int,
-                 length: int, reuse: bool = True):
+                 length: int, hit: HitModel, reuse: bool = True):
         self.per_seq, self.floor, self.reuse = per_seq, floor, reuse
         self.tree = inp.tree_tokens * model.kv_bytes_per_token
+        self.scale = hit.kappa * self.tree
         tokens = inp.recompute_tokens()
         self.full = 0.0
         if tokens:
             per_token = step_time(model, inp.hardware,
                                   StepShape.uniform(1, length, 0, logits=False)) / length
-            self.full = tokens * per_token
+            self.full = hit.rho * tokens * per_token
 
     def need(self, batch: int) -> int:
         """Bytes a batch of `batch` sequences holds (the tree at most), at least the floor."""
         return max(min(batch * self.per_seq, self.tree), self.floor)
 
     @property
-    def saving(self) -> float:
-        """R when a cache holding the tree saves it, else 0 (s)."""
-        return self.full if self.reuse else 0.0
+    def saves(self) -> bool:
+        """A larger cache saves it time (it recomputes prefixes and reads its cache)."""
+        return bool(self.full) and self.reuse
 
     def recompute(self, cache: int) -> float:
-        """(1 - h) * R for a KV cache of `cache` bytes (s); R when the cache is not read."""
-        if not self.reuse:
+        """rho * R * exp(-cache / scale) for a KV cache of `cache` bytes (s); rho * R when the
+        cache is not read (module docstring)."""
+        if not self.saves:
             return self.full
-        return self.full * (1 - min(1.0, cache / self.tree)) if self.full else 0.0
+        return self.full * math.exp(-cache / self.scale)
 
     def cap(self, room: int, limit: int) -> int:
         """Largest batch <= limit whose need fits `room` bytes (0 if none)."""
@@ -288,32 +320,29 @@ class ModelSide:
 def model_sides(inp: PlanInput) -> tuple[ModelSide, ModelSide]:
     """The (verifier, generator) sides of the plan of `inp`."""
     return (ModelSide(inp, inp.verifier, inp.kv_ver, inp.verifier_floor, inp.verifier_len,
-                      inp.verifier_reuse),
-            ModelSide(inp, inp.generator, inp.kv_gen, inp.generator_floor, inp.verifier_len))
+                      VERIFIER_HIT, inp.verifier_reuse),
+            ModelSide(inp, inp.generator, inp.kv_gen, inp.generator_floor, inp.verifier_len,
+                      GENERATOR_HIT))
 
 
 def _split_left(ver: ModelSide, gen: ModelSide):
     """The function (verifier need, generator need, left) -> KV sizes (verifier, generator)
-    that gives the `left` bytes beyond the batches' needs first to the cache that saves more
-    recompute time per byte (R / W; ties to the generator), each up to its tree, and what
-    remains in proportion to the two trees (headroom against an underestimated W); without a
-    reuse term all of it goes to the generator (the paper's tie rule)."""
-    order = [k for k in sorted((0, 1), key=lambda k: (-(ver, gen)[k].saving / (ver, gen)[k].tree,
-                                                      k == 0))
-             if (ver, gen)[k].saving]
-    trees = (ver.tree, gen.tree)
+    that gives the `left` bytes beyond the batches' needs where the two recompute terms save
+    equal time per byte. With R_v e^(-v / a) + R_g e^(-g / b), v + g = T (the needs plus
+    `left`), the optimum is v = (ln(R_v b / (R_g a)) + T / b) / (1 / a + 1 / b), clipped to
+    the needs (the sum is convex in v, so clipping keeps it optimal). A model whose cache saves
+    nothing gets only its need; without any reuse term all of it goes to the generator (the
+    paper's tie rule)."""
 
     def split(ver_need: int, gen_need: int, left: int) -> tuple[int, int]:
-        caches = [ver_need, gen_need]
-        for k in order:
-            give = min(left, max(0, trees[k] - caches[k]))
-            caches[k] += give
-            left -= give
-        if order:  # both trees held: headroom in proportion to them (W is an estimate)
-            give = left * trees[0] // (trees[0] + trees[1])
-            caches[0] += give
-            left -= give
-        return caches[0], caches[1] + left
+        if not ver.saves:
+            return ver_need, gen_need + left
+        if not gen.saves:
+            return ver_need + left, gen_need
+        total, a, b = ver_need + gen_need + left, ver.scale, gen.scale
+        v = (math.log(ver.full * b / (gen.full * a)) + total / b) / (1 / a + 1 / b)
+        v = min(max(int(v), ver_need), ver_need + left)
+        return v, total - v
 
     return split
 
