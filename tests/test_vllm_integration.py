@@ -195,8 +195,9 @@ def test_decode_cap_set_between_requests_limits_running_sequences(generator):
 
 def test_fasttts_replans_real_engines_between_problems():
     # beam search n = 2 then best-of-N n = 16 at 64 MiB + 64 MiB on the CPU roofline: beam
-    # search's plan shares the memory its search trees leave in proportion to them (64 / 64
-    # MiB: the same model); best-of-N runs one pass, so the verifier gets just its 16
+    # search's plan splits the memory its batches leave where both caches save equal time per
+    # byte (the same model on both sides; the generator's fitted rho is larger, so the
+    # verifier keeps a little under half, 62.35 MiB of 64 in bf16); best-of-N runs one pass, so the verifier gets just its 16
     # sequences (49.9 MiB) and the generator the rest. With replan_min_shift 0 both engines
     # are rebuilt with the new split, and the caps follow (B_pre = B_dec = 16)
     from fasttts.api import FastTTS
@@ -218,7 +219,7 @@ def test_fasttts_replans_real_engines_between_problems():
         first = tts.generator
         tts.solve(PROBLEM.problem, PROBLEM.id)
         assert tts.replans == []
-        assert tts.config.verifier.engine.kv_cache_memory_bytes == kv
+        assert 0.95 * kv < tts.config.verifier.engine.kv_cache_memory_bytes < kv
         result = tts.solve(PROBLEM.problem, PROBLEM.id,
                            search=cfg.search.model_copy(update={"n": 16, "method": "best_of_n"}))
         change = tts.replans[-1]
