@@ -131,7 +131,7 @@ def _fit(args, rows: list[list[float]]) -> None:
 
 def _check(args, rows: list[list[float]]) -> None:
     """The planner's reuse term against the sweep: each model's seconds above its largest
-    cache's, measured vs predicted, and where the sum of the two is least."""
+    cache's, measured vs predicted, and the sum of the two."""
     _, _, _, (ver, gen) = _planner_sides(args)
     big_v, big_g = max(rows, key=lambda r: r[0]), max(rows, key=lambda r: r[1])
     print("\n| verifier KV GiB | verifier extra s measured | predicted | generator extra s "
