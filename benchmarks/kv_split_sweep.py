@@ -84,11 +84,18 @@ def _print_row(row: list[float]) -> None:
 
 def _load_rows(path: str) -> list[list[float]]:
     """The rows of a table this script printed (its markdown, e.g. saved with `tee`)."""
+    try:
+        lines = open(path, encoding="utf-8").read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise SystemExit(f"--from-table {path}: cannot read it ({e})")
     rows = []
-    for line in open(path, encoding="utf-8"):
+    for line in lines:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == len(_COLUMNS) and cells[0][:1].isdigit():
-            rows.append([float(c) for c in cells])
+            try:
+                rows.append([float(c) for c in cells])
+            except ValueError:
+                raise SystemExit(f"{path}: a row that is not all numbers: {line.strip()}")
     if not rows:
         raise SystemExit(f"{path}: no rows of a kv_split_sweep table")
     return rows
