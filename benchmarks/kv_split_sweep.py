@@ -103,13 +103,13 @@ def _load_rows(path: str) -> list[list[float]]:
 
 def _planner_sides(args):
     """The planner's workload for this run and its (verifier, generator) sides."""
-    from fasttts.engines.sim import _floors
+    from fasttts.engines.sim import kv_floors
     from fasttts.runtime.memory_planner import model_sides
     from fasttts.runtime.plan_workload import plan_input
 
     cfg = _config(args, planner=True)
     dev = sim_backend.sim_device(cfg)
-    vf, gf = _floors(cfg)
+    vf, gf = kv_floors(cfg)
     inp = plan_input(cfg, dev.split.generator_kv + dev.split.verifier_kv, dev.generator,
                      dev.verifier, dev.hardware, None, vf * dev.verifier.kv_bytes_per_token,
                      gf * dev.generator.kv_bytes_per_token)

@@ -87,10 +87,7 @@ def real_model_specs(cfg: RunConfig) -> tuple[ModelSpec, ModelSpec]:
 def _with_engine_dtype(spec: ModelSpec, engine: EngineConfig) -> ModelSpec:
     """`spec` with the bytes per element of the dtype `engine` really runs in
     (`resolve_dtype`: float32 on CPUs without bf16 doubles the KV bytes per token)."""
-    dtype = resolve_dtype(engine.dtype)
-    if dtype not in DTYPE_BYTES or DTYPE_BYTES[dtype] == spec.dtype_bytes:
-        return spec
-    return spec.model_copy(update={"dtype_bytes": DTYPE_BYTES[dtype]})
+    return spec.at_dtype_bytes(DTYPE_BYTES.get(resolve_dtype(engine.dtype)))
 
 
 def plan_real_engines(cfg: RunConfig, hardware: str) -> tuple[RunConfig, MemoryPlan]:

@@ -13,7 +13,7 @@ from fasttts.runtime.memory_planner import MemoryPlan
 from fasttts.runtime.plan_workload import plan_for_run
 from fasttts.runtime.replan import Replanner
 
-__all__ = ["plan_sim", "sim_replanner"]
+__all__ = ["kv_floors", "plan_sim", "sim_replanner"]
 
 
 def _whole_blocks(tokens: int, block_size: int) -> int:
@@ -21,9 +21,9 @@ def _whole_blocks(tokens: int, block_size: int) -> int:
     return -(-tokens // block_size) * block_size
 
 
-def _floors(cfg: RunConfig) -> tuple[int, int]:
-    """(verifier, generator) KV floors: one max_model_len sequence each, in whole blocks
-    (tokens)."""
+def kv_floors(cfg: RunConfig) -> tuple[int, int]:
+    """(verifier, generator) KV floors of a simulated run: one max_model_len sequence each,
+    rounded up to whole blocks of `cfg.sim.block_size` (tokens, tokens)."""
     bs = cfg.sim.block_size
     return (_whole_blocks(cfg.verifier.engine.max_model_len, bs),
             _whole_blocks(cfg.generator.max_model_len, bs))
@@ -40,7 +40,7 @@ def plan_sim(cfg: RunConfig, device: SimDevice) -> tuple[MemoryPlan, SimSizes]:
     """
     split = device.split
     budget = split.generator_kv + split.verifier_kv
-    ver_floor, gen_floor = _floors(cfg)
+    ver_floor, gen_floor = kv_floors(cfg)
     plan, ver_kv = plan_for_run(cfg, budget, device.generator, device.verifier,
                                 device.hardware, cfg.runtime.offload,
                                 verifier_min_tokens=ver_floor, generator_min_tokens=gen_floor)
@@ -52,7 +52,7 @@ def sim_replanner(cfg: RunConfig, device: SimDevice, plan: MemoryPlan,
                   sizes: SimSizes) -> Replanner:
     """The replanner of simulated engines built with `plan` and `sizes` (`plan_sim`)."""
     split = device.split
-    ver_floor, gen_floor = _floors(cfg)
+    ver_floor, gen_floor = kv_floors(cfg)
     return Replanner(split.generator_kv + split.verifier_kv, device.generator, device.verifier,
                      device.hardware, cfg.runtime.offload, ver_floor, plan, sizes.generator_kv,
                      sizes.verifier_kv, cfg.runtime.replan_min_shift,

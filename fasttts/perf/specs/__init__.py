@@ -135,13 +135,18 @@ class ModelSpec(BaseModel):
         """KV-cache bytes one token occupies: 2 (K and V) x layers x KV heads x head_dim x dtype."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
 
+    def at_dtype_bytes(self, dtype_bytes: int | None) -> "ModelSpec":
+        """This spec with `dtype_bytes` bytes per weight and KV element (self where None or
+        unchanged): the one place a spec is re-priced for the dtype an engine really runs."""
+        if dtype_bytes is None or dtype_bytes == self.dtype_bytes:
+            return self
+        return self.model_copy(update={"dtype_bytes": dtype_bytes})
+
 
 def priced_on(model: ModelSpec, hw: HardwareSpec) -> ModelSpec:
     """`model` with the bytes per element engines run it at on `hw` (`HardwareSpec.dtype_bytes`;
     unchanged where the device runs the model's own dtype)."""
-    if hw.dtype_bytes is None or hw.dtype_bytes == model.dtype_bytes:
-        return model
-    return model.model_copy(update={"dtype_bytes": hw.dtype_bytes})
+    return model.at_dtype_bytes(hw.dtype_bytes)
 
 
 def _load(kind: str, name_or_path: str, cls):
