@@ -105,11 +105,12 @@ def _selections(cfg, wrap=None):
 
 
 def test_search_decisions_do_not_depend_on_order_batching_or_preemption():
-    base, base_done, _ = _selections(_cfg(n=32))
-    rev, rev_done, _ = _selections(_cfg(n=32), _ReversedSubmission)
-    small, small_done, _ = _selections(_cfg(n=32, max_num_seqs=3))
-    # a KV cache of 300 blocks (4800 tokens) for 32 paths forces preemptions
-    tiny, tiny_done, gen = _selections(_cfg(n=32, generator_kv_cache_bytes=300 * 16 * 28672,
+    base, base_done, _ = _selections(_cfg(n=64))
+    rev, rev_done, _ = _selections(_cfg(n=64), _ReversedSubmission)
+    small, small_done, _ = _selections(_cfg(n=64, max_num_seqs=3))
+    # a KV cache of 300 blocks (4800 tokens) for 64 paths forces preemptions (32 paths sharing
+    # the prompt's blocks fit in it)
+    tiny, tiny_done, gen = _selections(_cfg(n=64, generator_kv_cache_bytes=300 * 16 * 28672,
                                             verifier_kv_cache_bytes=2 << 30))
     assert gen.cache_stats().num_preemptions > 0
     assert len(base) > 2
@@ -118,7 +119,7 @@ def test_search_decisions_do_not_depend_on_order_batching_or_preemption():
 
 
 def test_preemptions_are_reported_under_memory_pressure():
-    cfg = _cfg(n=32, generator_kv_cache_bytes=300 * 16 * 28672, verifier_kv_cache_bytes=2 << 30,
+    cfg = _cfg(n=64, generator_kv_cache_bytes=300 * 16 * 28672, verifier_kv_cache_bytes=2 << 30,
                max_num_seqs=256)
     gen, ver = build_sim(cfg)
     result = SearchRunner(gen, ver, cfg.search).run(PROBLEM, "p")

@@ -10,6 +10,10 @@ Each `step()`:
    prefill when the prompt exceeds the budget; without chunked prefill, as on vLLM's CPU
    build, admission stops at the first prompt whose uncached tokens exceed the budget left,
    as vLLM's scheduler does); admission stops at the first whose blocks do not fit;
+   a sequence's full blocks enter the prefix cache when they are scheduled, before the step
+   runs (vLLM v1's `allocate_slots` caches them then), so a prompt admitted later in the same
+   step hits the blocks of one admitted before it (siblings sharing a prompt, a LookAhead
+   request and the request it extends, when both are in one step);
 3. advances the shared virtual clock by the roofline time of the batch it ran
    (`fasttts.perf.roofline.step_time`);
 4. returns the sequences whose tokens are now all computed (the caller samples their next
@@ -192,6 +196,7 @@ class SimEngine:
                 if victim is seq:
                     break
             else:
+                self.kv.commit(seq.kv, seq.token_ids, seq.num_computed + n)
                 scheduled[seq] = n
                 budget -= n
         while not preempted and self._waiting and len(self.running) < self.max_num_seqs and budget > 0:
@@ -204,6 +209,7 @@ class SimEngine:
             if not self.kv.allocate(seq.kv, found + n):
                 self.kv.free(seq.kv)
                 break
+            self.kv.commit(seq.kv, seq.token_ids, found + n)
             self.kv.record_query(len(seq.token_ids), found)
             if seq.num_cached_tokens is None:
                 seq.num_cached_tokens = found
@@ -225,7 +231,6 @@ class SimEngine:
             self.num_recomputed_tokens += max(0, min(end, seq.max_computed) - start)
             seq.num_computed = end
             seq.max_computed = max(seq.max_computed, end)
-            self.kv.commit(seq.kv, seq.token_ids, end)
             if full:
                 done.append(seq)
         if self.step_log is not None:

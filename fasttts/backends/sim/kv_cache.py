@@ -134,8 +134,12 @@ class KVCacheManager:
         return True
 
     def commit(self, state: KVSeqState, token_ids: list[int], num_computed: int) -> None:
-        """Register the full blocks among the first `num_computed` tokens (now computed) in the
-        prefix cache. `token_ids` are the sequence's tokens (prompt + generated)."""
+        """Register the full blocks among the first `num_computed` tokens in the prefix cache.
+
+        Called when those tokens are scheduled, before the step that computes them, as vLLM
+        v1's `KVCacheManager.allocate_slots` caches blocks (`cache_blocks` over
+        num_computed + num_new_tokens): a sequence admitted later in the same step already
+        hits them. `token_ids` are the sequence's tokens (prompt + generated)."""
         if not self.enable_prefix_caching:
             return
         bs = self.block_size
