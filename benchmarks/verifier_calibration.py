@@ -195,9 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reprice", default=None, metavar="GRID.json",
                    help="instead of measuring, price the points of an earlier grid run (its "
                         "--out file, measured with --repeats 1) on the current CPU calibration")
+    p.add_argument("--block-size", type=int, default=None, metavar="TOKENS",
+                   help="with --replay: price the incremental calls on a simulated engine of "
+                        "this KV block size instead of the recorded one (measured seconds "
+                        "then belong to another block size: compare the hit rates)")
     args = p.parse_args(argv)
     if args.replay:
-        return replay(Path(args.replay))
+        return replay(Path(args.replay), args.block_size)
     if args.reprice:
         return reprice(Path(args.reprice))
     grid = ([tuple(int(x) for x in pt.split("x")) for pt in args.points.split(",")]
@@ -230,25 +234,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def replay(calls: Path) -> int:
+def replay(calls: Path, block_size: int | None = None) -> int:
     """Price every recorded scoring call of a real search (one JSON line per call: problem_id,
     kv_bytes, block_size, and per mode its measured seconds and waves of token ids) on the
     simulated verifier of its mode, each problem's calls in order on one simulated engine, and
-    print measured vs simulated seconds per problem and mode, and the per-call errors."""
+    print measured vs simulated seconds per problem and mode, the simulated prefix-cache hit
+    rate (hit tokens / queried prompt tokens) and the per-call errors. `block_size` (tokens)
+    replaces the recorded block size of the incremental engine."""
     by_problem = read_calls(calls)
     errors: dict[str, list[float]] = {"whole": [], "incremental": []}
-    print("| problem | mode | calls | measured s | simulated s | error |")
-    print("|---|---|---|---|---|---|")
+    print("| problem | mode | block | calls | measured s | simulated s | error | simulated hit rate |")
+    print("|---|---|---|---|---|---|---|---|")
     for pid, recs in by_problem.items():
         for mode in errors:
-            sim = SimVerifierReplay(mode == "incremental", recs[0]["kv_bytes"],
-                                    block_size_of(recs[0], mode))
+            bs = (block_size if block_size and mode == "incremental"
+                  else block_size_of(recs[0], mode))
+            sim = SimVerifierReplay(mode == "incremental", recs[0]["kv_bytes"], bs)
             pairs = [(r["modes"][mode]["seconds"], sim.call(r["modes"][mode]["waves"]))
                      for r in recs]
             errors[mode] += [b / a - 1 for a, b in pairs if a > 0.05]
             meas, simulated = sum(a for a, _ in pairs), sum(b for _, b in pairs)
-            print(f"| {pid} | {mode} | {len(pairs)} | {meas:.1f} | {simulated:.1f} | "
-                  f"{simulated / meas - 1:+.0%} |")
+            kv = sim.engine.kv
+            hit = kv.prefix_cache_hits / max(1, kv.prefix_cache_queries)
+            print(f"| {pid} | {mode} | {bs} | {len(pairs)} | {meas:.1f} | {simulated:.1f} | "
+                  f"{simulated / meas - 1:+.0%} | {hit:.3f} |")
     for mode, errs in errors.items():
         if errs:
             abs_errs = [abs(e) for e in errs]

@@ -36,6 +36,20 @@ def test_two_sequences_sharing_a_1000_token_prefix_hold_one_prefix():
     assert (eng.kv.prefix_cache_queries, eng.kv.prefix_cache_hits) == (2020, 992)
 
 
+def test_a_sequence_admitted_in_the_same_step_hits_the_blocks_scheduled_before_it():
+    # vLLM v1 caches a request's full blocks when it schedules it (KVCacheManager.allocate_slots
+    # -> cache_blocks), so a sibling admitted later in the same step reads them
+    eng = _engine(num_blocks=1000, block_size=16, max_model_len=4096)
+    prefix = list(range(5000, 6000))
+    a = SimSequence("a", prefix + list(range(10)))
+    b = SimSequence("b", prefix + list(range(100, 110)))
+    eng.add(a)
+    eng.add(b)
+    assert set(eng.step()) == {a, b}  # one step computed both
+    assert (a.num_cached_tokens, b.num_cached_tokens) == (0, 62 * 16)
+    assert eng.kv.num_used == 64 + 2
+
+
 def test_without_sharing_each_sequence_holds_its_own_blocks():
     eng = _engine(num_blocks=1000, block_size=16, max_model_len=4096)
     a = SimSequence("a", list(range(5000, 6010)))
