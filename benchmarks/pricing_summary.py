@@ -20,12 +20,13 @@ from pathlib import Path
 
 
 def _rows(folder: Path, specs: tuple | None) -> list[dict]:
-    """The folder's runs; with `specs` (generator, verifier, hardware) the limit is computed
-    again from each row (`fasttts.eval.limit.record_limit_seconds`)."""
+    """The runs of a result folder (its runs.jsonl) or of a runs.jsonl file itself (as
+    committed under benchmarks/results/); with `specs` (generator, verifier, hardware) the
+    limit is computed again from each row (`fasttts.eval.limit.record_limit_seconds`)."""
     from fasttts.eval.limit import record_limit_seconds
 
-    rows = [json.loads(line) for line in (folder / "runs.jsonl").read_text().splitlines()
-            if line.strip()]
+    path = folder if folder.is_file() else folder / "runs.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     for r in rows if specs else ():
         r["limit_s"] = record_limit_seconds(r, r["n"], *specs)
     return rows
