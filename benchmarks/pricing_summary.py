@@ -26,6 +26,9 @@ def _rows(folder: Path, specs: tuple | None) -> list[dict]:
     from fasttts.eval.limit import record_limit_seconds
 
     path = folder if folder.is_file() else folder / "runs.jsonl"
+    if not path.is_file():
+        raise SystemExit(f"{folder}: neither a runs.jsonl file nor a folder holding one "
+                         "(runtime_ablation.py --out writes it)")
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     for r in rows if specs else ():
         r["limit_s"] = record_limit_seconds(r, r["n"], *specs)

@@ -200,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                         "this KV block size instead of the recorded one (measured seconds "
                         "then belong to another block size: compare the hit rates)")
     args = p.parse_args(argv)
+    if args.block_size is not None and (not args.replay or args.block_size <= 0):
+        p.error(f"--block-size {args.block_size}: give a positive number of tokens, with --replay")
     if args.replay:
         return replay(Path(args.replay), args.block_size)
     if args.reprice:
