@@ -203,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.block_size is not None and (not args.replay or args.block_size <= 0):
         p.error(f"--block-size {args.block_size}: give a positive number of tokens, with --replay")
     if args.replay:
+        if not Path(args.replay).is_file():
+            p.error(f"--replay {args.replay}: no such file (a calls file written by "
+                    "verifier_modes_real.py as OUT/calls.jsonl, e.g. "
+                    "benchmarks/results/verifier_calls_fp32_1thread.jsonl.gz)")
         return replay(Path(args.replay), args.block_size)
     if args.reprice:
         return reprice(Path(args.reprice))

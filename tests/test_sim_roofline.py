@@ -76,3 +76,25 @@ def test_unknown_spec_lists_the_known_ones(tmp_path):
     bad.write_text('{"name": "x"}')
     with pytest.raises(SpecError, match="bad spec file"):
         load_hardware(str(bad))
+
+
+def test_generator_steps_splits_a_step_log_into_weight_kv_and_compute_seconds():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "generator_steps.py"
+    spec = importlib.util.spec_from_file_location("generator_steps", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    m, hw = load_model("qwen2.5-math-7b"), load_hardware("rtx4090")
+    weight_bytes = (m.num_params - 152064 * 3584) * 2  # as in the batch-1 test above
+    # two decode steps: one sequence at context 100, then two at contexts 100 and 300
+    log = [StepShape.of([SeqWork(1, 100)]), StepShape.of([SeqWork(1, 100), SeqWork(1, 300)])]
+    out = mod.step_split(m, hw, log)
+    assert (out["steps"], out["seqs"], out["tokens"]) == (2, 3, 3)
+    assert out["weight_s"] == pytest.approx(2 * weight_bytes / hw.bandwidth, rel=0.01)
+    # KV: cached tokens read (100 + 400) plus the 3 new tokens written, 57344 bytes each
+    assert out["kv_s"] == pytest.approx(503 * 57344 / hw.bandwidth, rel=1e-9)
+    f1, _ = step_flops_bytes(m, log[0])
+    f2, _ = step_flops_bytes(m, log[1])
+    assert out["compute_s"] == pytest.approx((f1 + f2) / hw.flops, rel=1e-9)
