@@ -10,7 +10,9 @@
    `judge:<model>` (zero-shot judge), `ovm:<model>` (a trained head, incremental), and
    `confidence` (the generator's own token log-probabilities, no verifier pass; both the
    mean and the lowest-window score, `fasttts.eval.confidence`).
-3. Prints, per candidate and aggregation: pairwise ranking accuracy, AUROC of all step scores
+3. Prints, per candidate and aggregation: pairwise ranking accuracy, top-1 accuracy on the
+   problems with both correct and incorrect completions next to chance
+   (`fasttts.eval.ranking.mixed_top1`), AUROC of all step scores
    and of final-step scores against the completion's correctness, PRM-weighted best-of-N and
    best-single accuracy, next to majority vote, greedy and pass@N, and verifier seconds per
    problem (wall clock of the scoring calls on this machine).
@@ -30,7 +32,7 @@ from fasttts.config import DEFAULT_GENERATOR, EngineConfig
 from fasttts.eval.confidence import step_confidences
 from fasttts.eval.datasets import load_dataset, numeric_answers
 from fasttts.eval.metrics import vote_and_grade
-from fasttts.eval.ranking import auroc, pairwise_accuracy
+from fasttts.eval.ranking import auroc, mixed_top1, pairwise_accuracy
 from fasttts.prm_train.rollouts import RolloutConfig, sample_rollouts
 from fasttts.prm_train.store import JsonlStore
 from fasttts.steps import split_steps
@@ -111,7 +113,9 @@ def measure(records: list[dict], scored: dict[str, dict], agg: str, numeric: boo
         seconds += s["seconds"]
     n = len(records)
     pairwise, pairs = pairwise_accuracy(groups)
-    return {"pairwise": pairwise, "pairs": pairs, "step_auroc": auroc(steps, step_labels),
+    top1, chance, mixed = mixed_top1(groups)
+    return {"pairwise": pairwise, "pairs": pairs, "mixed_top1": top1, "mixed_chance": chance,
+            "mixed_problems": mixed, "step_auroc": auroc(steps, step_labels),
             "final_auroc": auroc(finals, final_labels),
             **{k: v / n for k, v in acc.items()}, "seconds_per_problem": seconds / n}
 
@@ -173,11 +177,14 @@ def print_table(report: dict) -> None:
     n = report["samples"]
     print(f"\n{report['dataset']} ({report['problems']} problems, {n} samples each; greedy "
           f"accuracy {report['greedy_accuracy']:.3f})\n")
-    print(f"| verifier (aggregation) | pairwise | step AUROC | final AUROC | weighted best-of-{n} "
-          f"| best single | majority | pass@{n} | verifier s/problem |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    mixed = next(iter(report["rows"].values()), {}).get("mixed_problems")
+    print(f"| verifier (aggregation) | pairwise | top-1 on {mixed} mixed (chance) | step AUROC "
+          f"| final AUROC | weighted best-of-{n} | best single | majority | pass@{n} "
+          f"| verifier s/problem |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, m in report["rows"].items():
-        print(f"| {name} | {m['pairwise']:.3f} | {m['step_auroc']:.3f} | {m['final_auroc']:.3f} "
+        print(f"| {name} | {m['pairwise']:.3f} | {m['mixed_top1']:.3f} ({m['mixed_chance']:.3f}) "
+              f"| {m['step_auroc']:.3f} | {m['final_auroc']:.3f} "
               f"| {m['weighted']:.3f} | {m['best']:.3f} | {m['majority']:.3f} | "
               f"{m['pass@n']:.3f} | {m['seconds_per_problem']:.2f} |")
 

@@ -2,7 +2,7 @@
 
 import math
 
-from fasttts.eval.ranking import auroc, pairwise_accuracy
+from fasttts.eval.ranking import auroc, mixed_top1, pairwise_accuracy
 
 
 def test_pairwise_by_hand():
@@ -19,6 +19,21 @@ def test_pairwise_by_hand():
 def test_pairwise_without_pairs_is_nan():
     acc, pairs = pairwise_accuracy([([0.1], [True])])
     assert pairs == 0 and math.isnan(acc)
+
+
+def test_mixed_top1_by_hand():
+    # problem 1 mixed: top is 0.9 (correct); chance 2/3
+    # problem 2 mixed: 0.4 tie between a correct (first) and an incorrect: the first wins; chance 1/3
+    # problem 3 mixed: top 0.8 is incorrect; chance 1/2
+    # problem 4 all correct: not counted
+    top, chance, problems = mixed_top1([([0.9, 0.2, 0.5], [True, True, False]),
+                                        ([0.4, 0.4, 0.1], [True, False, False]),
+                                        ([0.3, 0.8], [True, False]),
+                                        ([0.3, 0.7], [True, True])])
+    assert problems == 3
+    assert top == 2 / 3
+    assert chance == (2 / 3 + 1 / 3 + 1 / 2) / 3
+    assert mixed_top1([([0.1], [True])])[2] == 0
 
 
 def test_auroc_by_hand():
