@@ -13,7 +13,7 @@ the simulated generator engine's step log on, and prints one row per configurati
   engine's max_num_seqs at the end);
 - `weight s`, `kv s`, `compute s`: the sums over steps of weight bytes / bandwidth, KV bytes
   (cached tokens read + new tokens written) / bandwidth, and FLOPs / peak FLOP/s
-  (`fasttts.perf.roofline.step_flops_bytes`); a step costs the larger of its memory and
+  (`fasttts.perf.roofline.step_bytes`, `step_flops_bytes`); a step costs the larger of its memory and
   compute time plus the hardware's fixed per-step time, so `gen s` <= `weight s + kv s +
   compute s + steps x step overhead`;
 - `gen s` / `ver s`: the run's generator and verifier seconds (`ProblemResult`).
@@ -37,7 +37,7 @@ import runtime_ablation as ra  # noqa: E402  (the same configs and backend as th
 
 from fasttts.eval.datasets import load_dataset  # noqa: E402
 from fasttts.eval.metrics import problem_record  # noqa: E402
-from fasttts.perf.roofline import StepShape, step_flops_bytes  # noqa: E402
+from fasttts.perf.roofline import StepShape, step_bytes, step_flops_bytes  # noqa: E402
 from fasttts.perf.specs import HardwareSpec, ModelSpec, load_hardware, load_model  # noqa: E402
 
 
@@ -46,9 +46,9 @@ def step_split(model: ModelSpec, hw: HardwareSpec, log: list[StepShape]) -> dict
     weight reads, KV traffic and compute (each term alone, before the roofline's max)."""
     out = dict(steps=len(log), seqs=0, tokens=0, weight_s=0.0, kv_s=0.0, compute_s=0.0)
     for shape in log:
-        flops, nbytes = step_flops_bytes(model, shape)
-        kv = model.kv_bytes_per_token * (shape.kv_read_tokens + shape.tokens)
-        out["weight_s"] += (nbytes - kv) / hw.bandwidth
+        flops, _ = step_flops_bytes(model, shape)
+        weight, kv = step_bytes(model, shape)
+        out["weight_s"] += weight / hw.bandwidth
         out["kv_s"] += kv / hw.bandwidth
         out["compute_s"] += flops / hw.flops
         out["seqs"] += shape.seqs

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from fasttts.perf.specs import HardwareSpec, ModelSpec
 
-__all__ = ["SeqWork", "StepShape", "step_flops_bytes", "step_time"]
+__all__ = ["SeqWork", "StepShape", "step_bytes", "step_flops_bytes", "step_time"]
 
 
 @dataclass(frozen=True)
@@ -101,10 +101,20 @@ def step_flops_bytes(model: ModelSpec, shape: StepShape) -> tuple[float, float]:
     flops += 4.0 * model.num_layers * model.num_heads * model.head_dim * shape.attention_pairs
     vocab_proj = model.vocab_size * model.hidden_size if model.lm_head else 0
     flops += 2.0 * vocab_proj * shape.logit_rows
+    weight_bytes, kv_bytes = step_bytes(model, shape)
+    return flops, float(weight_bytes + kv_bytes)
+
+
+def step_bytes(model: ModelSpec, shape: StepShape) -> tuple[int, int]:
+    """(weight bytes, KV bytes) one forward pass of `model` over `shape` moves: every layer's
+    weights (plus the vocabulary projection when any row needs logits), and the KV of the
+    cached tokens read plus the new tokens written. (0, 0) for an empty step."""
+    if shape.tokens == 0:
+        return 0, 0
+    vocab_proj = model.vocab_size * model.hidden_size if model.lm_head else 0
     weight_params = model.num_layers * model.layer_params + (vocab_proj if shape.logit_rows else 0)
-    nbytes = weight_params * model.dtype_bytes
-    nbytes += model.kv_bytes_per_token * (shape.kv_read_tokens + shape.tokens)
-    return flops, float(nbytes)
+    return (weight_params * model.dtype_bytes,
+            model.kv_bytes_per_token * (shape.kv_read_tokens + shape.tokens))
 
 
 def step_time(model: ModelSpec, hw: HardwareSpec, shape: StepShape | Iterable[SeqWork]) -> float:
