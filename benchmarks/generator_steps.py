@@ -90,16 +90,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="also print each row as a JSON line")
     a = p.parse_args(argv)
     from fasttts.backends.sim.workload import problem_difficulty
+    from fasttts.perf.specs import SpecError
 
+    if a.n < 1 or a.offset < 0:
+        p.error(f"--n {a.n} / --offset {a.offset}: n must be >= 1 and offset >= 0")
+    names = a.configs.split(",")
+    for name in names:
+        ra.runtime_of(name)  # an unknown name exits here, before any run
+    try:
+        for spec in (a.generator, a.verifier):
+            load_model(spec)
+        load_hardware(a.hardware)
+    except SpecError as e:
+        p.error(str(e))
+    problems = load_dataset(a.dataset, limit=1, offset=a.offset)
+    if not problems:
+        p.error(f"--offset {a.offset}: {a.dataset} has no problem at that index")
+    prob = problems[0]
     backend = ra.Backend(ra._parse_args(["--generator", a.generator, "--verifier", a.verifier,
                                          "--hardware", a.hardware, "--out", "unused"]))
-    prob = load_dataset(a.dataset, limit=1, offset=a.offset)[0]
     diff = problem_difficulty(a.dataset, prob.problem, prob.meta.get("level"))
     print(f"{a.generator} + {a.verifier}, {a.hardware} (simulated seconds), {prob.id}, n={a.n}")
     print("| config | iterations | steps | steps/iteration | mean step tok | seqs/step (cap) "
           "| tok/step | weight s | kv s | compute s | gen s | ver s | latency s | preemptions |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name in a.configs.split(","):
+    for name in names:
         r = run_config(backend, name, a.n, prob, diff)
         print(f"| {name} | {r['iterations']} | {r['steps']} "
               f"| {r['steps'] / max(1, r['iterations']):.0f} | {r['mean_step_tokens']:.0f} "
