@@ -16,6 +16,11 @@
    and of final-step scores against the completion's correctness, PRM-weighted best-of-N and
    best-single accuracy, next to majority vote, greedy and pass@N, and verifier seconds per
    problem (wall clock of the scoring calls on this machine).
+
+`--problems mixed` keeps only the problems whose samples are partly correct: on the others
+every pick is right (or wrong) whatever the scores, so a slow candidate (a judge) can be
+measured there alone; a vote accuracy over all problems is then the mixed problems' plus the
+all-correct problems' count.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from fasttts.config import DEFAULT_GENERATOR, EngineConfig
 from fasttts.eval.confidence import step_confidences
 from fasttts.eval.datasets import load_dataset, numeric_answers
 from fasttts.eval.metrics import vote_and_grade
-from fasttts.eval.ranking import auroc, mixed_top1, pairwise_accuracy
+from fasttts.eval.ranking import auroc, is_mixed, mixed_top1, pairwise_accuracy
 from fasttts.prm_train.rollouts import RolloutConfig, sample_rollouts
 from fasttts.prm_train.store import JsonlStore
 from fasttts.steps import split_steps
@@ -133,6 +138,9 @@ def main(argv=None) -> int:
                     help="comma-separated: confidence, judge:<model>, ovm:<model>")
     ap.add_argument("--aggs", default="last,min")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--problems", choices=("all", "mixed"), default="all",
+                    help="mixed: score and report only the problems whose samples are partly "
+                         "correct, the only ones where a verifier's pick or pairs can change")
     ap.add_argument("--output-dir", default="runs/verifier-compare")
     args = ap.parse_args(argv)
 
@@ -152,6 +160,8 @@ def main(argv=None) -> int:
                     rcfg, numeric, bar.update)
     bar.close()
     records = [store.records[p.id] for p in problems]
+    if args.problems == "mixed":
+        records = [r for r in records if is_mixed([c["correct"] for c in r["samples"]])]
     scored: dict[str, dict] = {}
     for cand in args.candidates.split(","):
         if cand == "confidence":
@@ -166,6 +176,7 @@ def main(argv=None) -> int:
             for name, sc in scored.items() for agg in args.aggs.split(",")}
     greedy = sum(bool(r["greedy"]["correct"]) for r in records) / len(records)
     report = {"dataset": args.dataset, "levels": args.levels, "problems": len(records),
+              "problem_set": args.problems,
               "samples": args.samples, "greedy_accuracy": greedy, "rows": rows}
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     print_table(report)
@@ -175,7 +186,8 @@ def main(argv=None) -> int:
 def print_table(report: dict) -> None:
     """The comparison as a markdown table."""
     n = report["samples"]
-    print(f"\n{report['dataset']} ({report['problems']} problems, {n} samples each; greedy "
+    subset = " mixed" if report.get("problem_set") == "mixed" else ""
+    print(f"\n{report['dataset']} ({report['problems']}{subset} problems, {n} samples each; greedy "
           f"accuracy {report['greedy_accuracy']:.3f})\n")
     mixed = next(iter(report["rows"].values()), {}).get("mixed_problems")
     print(f"| verifier (aggregation) | pairwise | top-1 on {mixed} mixed (chance) | step AUROC "

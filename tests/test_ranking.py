@@ -2,7 +2,7 @@
 
 import math
 
-from fasttts.eval.ranking import auroc, mixed_top1, pairwise_accuracy
+from fasttts.eval.ranking import auroc, is_mixed, mixed_top1, pairwise_accuracy
 
 
 def test_pairwise_by_hand():
@@ -60,3 +60,10 @@ def test_step_confidences_by_hand():
     assert got["mean"] == [math.exp(-0.5), math.exp(-3.0)]
     # windows of 2 ending in step 1: (-1,-1) (-1,0) (0,0) -> lowest -1; then (0,-2) (-2,-4) -> -3
     assert got["lowest_window"] == [math.exp(-1.0), math.exp(-3.0)]
+
+
+def test_is_mixed_needs_both_a_correct_and_an_incorrect_completion():
+    assert is_mixed([True, False, False])
+    assert not is_mixed([True, True])
+    assert not is_mixed([False, False, False])
+    assert not is_mixed([])

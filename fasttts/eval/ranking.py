@@ -42,6 +42,14 @@ def pairwise_accuracy(groups: Sequence[tuple[Sequence[float], Sequence[bool]]]) 
     return (right / pairs if pairs else float("nan")), pairs
 
 
+def is_mixed(correct: Sequence[bool]) -> bool:
+    """Whether one problem's completions are partly correct (`correct`: one bool per completion).
+
+    Only on such a problem can the correctness of a verifier's pick (best-of-N, a weighted
+    vote) differ from another verifier's, and only such a problem has pairs to rank."""
+    return 0 < sum(map(bool, correct)) < len(correct)
+
+
 def mixed_top1(groups: Sequence[tuple[Sequence[float], Sequence[bool]]]) -> tuple[float, float, int]:
     """(top-1 accuracy, chance, problems) over the problems with both correct and incorrect
     completions.
@@ -58,7 +66,7 @@ def mixed_top1(groups: Sequence[tuple[Sequence[float], Sequence[bool]]]) -> tupl
     top = chance = 0.0
     mixed = 0
     for scores, correct in groups:
-        if not 0 < sum(map(bool, correct)) < len(correct):
+        if not is_mixed(correct):
             continue
         best = max(range(len(scores)), key=lambda i: (scores[i], -i))
         top += bool(correct[best])
