@@ -162,6 +162,9 @@ def main(argv=None) -> int:
     records = [store.records[p.id] for p in problems]
     if args.problems == "mixed":
         records = [r for r in records if is_mixed([c["correct"] for c in r["samples"]])]
+        if not records:
+            ap.error(f"--problems mixed: none of the {len(problems)} problems has both correct "
+                     "and incorrect samples; nothing to score (use --problems all)")
     scored: dict[str, dict] = {}
     for cand in args.candidates.split(","):
         if cand == "confidence":
@@ -178,7 +181,8 @@ def main(argv=None) -> int:
     report = {"dataset": args.dataset, "levels": args.levels, "problems": len(records),
               "problem_set": args.problems,
               "samples": args.samples, "greedy_accuracy": greedy, "rows": rows}
-    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    name = "report.json" if args.problems == "all" else f"report-{args.problems}.json"
+    (out / name).write_text(json.dumps(report, indent=2) + "\n")
     print_table(report)
     return 0
 

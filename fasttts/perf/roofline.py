@@ -89,6 +89,11 @@ class StepShape:
         return shape
 
 
+def _vocab_params(model: ModelSpec) -> int:
+    """Parameters of the vocabulary projection (0 for a model without an LM head)."""
+    return model.vocab_size * model.hidden_size if model.lm_head else 0
+
+
 def step_flops_bytes(model: ModelSpec, shape: StepShape) -> tuple[float, float]:
     """(FLOPs, bytes moved) of one forward pass of `model` over `shape` (module docstring).
 
@@ -99,8 +104,7 @@ def step_flops_bytes(model: ModelSpec, shape: StepShape) -> tuple[float, float]:
         return 0.0, 0.0
     flops = 2.0 * model.num_layers * model.layer_params * shape.tokens
     flops += 4.0 * model.num_layers * model.num_heads * model.head_dim * shape.attention_pairs
-    vocab_proj = model.vocab_size * model.hidden_size if model.lm_head else 0
-    flops += 2.0 * vocab_proj * shape.logit_rows
+    flops += 2.0 * _vocab_params(model) * shape.logit_rows
     weight_bytes, kv_bytes = step_bytes(model, shape)
     return flops, float(weight_bytes + kv_bytes)
 
@@ -111,8 +115,8 @@ def step_bytes(model: ModelSpec, shape: StepShape) -> tuple[int, int]:
     cached tokens read plus the new tokens written. (0, 0) for an empty step."""
     if shape.tokens == 0:
         return 0, 0
-    vocab_proj = model.vocab_size * model.hidden_size if model.lm_head else 0
-    weight_params = model.num_layers * model.layer_params + (vocab_proj if shape.logit_rows else 0)
+    weight_params = model.num_layers * model.layer_params
+    weight_params += _vocab_params(model) if shape.logit_rows else 0
     return (weight_params * model.dtype_bytes,
             model.kv_bytes_per_token * (shape.kv_read_tokens + shape.tokens))
 
