@@ -53,8 +53,8 @@ class SimVerifierReplay:
         incremental: prefix caching on (incremental mode) or off (whole-path: STEP pooler).
         kv_bytes: the real engine's KV-cache size (bytes).
         block_size: the real engine's block size (tokens).
-        hardware: the hardware spec to price on (default: the CPU calibration the planner
-            uses for this machine's dtype, `fasttts.engines.real.CPU_CALIBRATIONS`).
+        hardware: the hardware spec to price on (default: `calibration_for(None, None)`, the
+            CPU calibration the planner uses for this machine's dtype and engine threads).
 
     Attributes:
         last_steps: the roofline shape of each engine step of the latest `call`.
@@ -63,11 +63,10 @@ class SimVerifierReplay:
     def __init__(self, incremental: bool, kv_bytes: int = 512 * MiB, block_size: int = 128,
                  hardware=None):
         from fasttts.backends.sim.engine import SimEngine, VirtualClock
-        from fasttts.backends.vllm_engine import cpu_batched_tokens, resolve_dtype
-        from fasttts.engines.real import CPU_CALIBRATIONS
-        from fasttts.perf.specs import load_hardware, load_model, priced_on
+        from fasttts.backends.vllm_engine import cpu_batched_tokens
+        from fasttts.perf.specs import load_model, priced_on
 
-        hw = hardware or load_hardware(CPU_CALIBRATIONS[resolve_dtype("auto")])
+        hw = hardware or calibration_for(None, None)
         model = priced_on(load_model("qwen2.5-coder-0.5b-instruct"), hw)
         self.clock = VirtualClock()
         # scheduled as fasttts's CPU engines are: whole prompts, cpu_batched_tokens per step
@@ -102,6 +101,30 @@ class SimVerifierReplay:
         return self.clock.t - t0
 
 
+def calibration_for(dtype: str | None, num_threads: int | None):
+    """The CPU hardware spec (`fasttts.engines.real.cpu_calibration`) that prices a real
+    verifier engine of `dtype` running `num_threads` threads; None = this machine's dtype
+    ("auto") and fasttts's default engine threads (every usable core)."""
+    from fasttts.backends.vllm_engine import resolve_dtype
+    from fasttts.engines.real import cpu_calibration
+    from fasttts.perf.specs import load_hardware
+
+    return load_hardware(cpu_calibration(dtype or resolve_dtype("auto"),
+                                         num_threads or _default_threads()))
+
+
+def _default_threads() -> int:
+    """fasttts's default engine threads (`EngineConfig.num_threads`: every usable core)."""
+    return EngineConfig(model=DEFAULT_GENERATOR).num_threads
+
+
+def recorded_hardware(rec: dict, hardware=None):
+    """The spec that prices a recorded call or grid row: `hardware` if given, else the CPU
+    calibration of the record's dtype and engine threads (records written before these were
+    kept, all of them one-thread runs, count as 1 thread and this machine's dtype)."""
+    return hardware or calibration_for(rec.get("dtype"), rec.get("num_threads", 1))
+
+
 def read_calls(path: Path) -> dict[str, list[dict]]:
     """The recorded scoring calls of `path` (JSON lines, gzip when it ends in .gz), by problem
     in recorded order: problem_id, kv_bytes, and per mode ("whole", "incremental") the
@@ -134,8 +157,10 @@ def call_shapes(path: Path, min_seconds: float = 0.05) -> list:
     out = []
     for pid, recs in read_calls(path).items():
         for mode in ("whole", "incremental"):
+            # any spec of the calls' dtype (its bytes per KV element size the cache)
             sim = SimVerifierReplay(mode == "incremental", recs[0]["kv_bytes"],
-                                    block_size_of(recs[0], mode))
+                                    block_size_of(recs[0], mode),
+                                    calibration_for(recs[0].get("dtype"), 1))
             for r in recs:
                 sim.call(r["modes"][mode]["waves"])
                 if r["modes"][mode]["seconds"] > min_seconds:
@@ -144,9 +169,9 @@ def call_shapes(path: Path, min_seconds: float = 0.05) -> list:
     return out
 
 
-def _sim_seconds(warm, timed, incremental: bool) -> float:
+def _sim_seconds(warm, timed, incremental: bool, hardware=None) -> float:
     """Simulated seconds of the timed call after the warm-up, on the same token ids."""
-    replay = SimVerifierReplay(incremental)
+    replay = SimVerifierReplay(incremental, hardware=hardware)
     replay.call(warm)
     return replay.call(timed)
 
@@ -199,7 +224,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --replay: price the incremental calls on a simulated engine of "
                         "this KV block size instead of the recorded one (measured seconds "
                         "then belong to another block size: compare the hit rates)")
+    p.add_argument("--hardware", default=None, metavar="NAME",
+                   help="with --replay or --reprice: price on this hardware spec instead of the "
+                        "CPU calibration of the recorded dtype and engine threads")
     args = p.parse_args(argv)
+    hardware = _hardware_arg(p, args.hardware)
     if args.block_size is not None and (not args.replay or args.block_size <= 0):
         p.error(f"--block-size {args.block_size}: give a positive number of tokens, with --replay")
     if args.replay:
@@ -207,16 +236,18 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--replay {args.replay}: no such file (a calls file written by "
                     "verifier_modes_real.py as OUT/calls.jsonl, e.g. "
                     "benchmarks/results/verifier_calls_fp32_1thread.jsonl.gz)")
-        return replay(Path(args.replay), args.block_size)
+        return replay(Path(args.replay), args.block_size, hardware)
     if args.reprice:
-        return reprice(Path(args.reprice))
+        return reprice(Path(args.reprice), hardware)
     grid = ([tuple(int(x) for x in pt.split("x")) for pt in args.points.split(",")]
             if args.points else GRID)
+    from fasttts.backends.vllm_engine import resolve_dtype
     from fasttts.models.derived import math_shepherd_checkpoint
     from fasttts.verifiers.math_shepherd import MathShepherdVerifier
 
     folder = math_shepherd_checkpoint(Path(tempfile.mkdtemp()) / "ms", DEFAULT_GENERATOR)
     rows = []
+    threads, dtype = _default_threads(), resolve_dtype("auto")
     for incremental in (False, True):
         v = MathShepherdVerifier(EngineConfig(model=str(folder), kv_cache_memory_bytes=512 * MiB,
                                               max_model_len=MAX_MODEL_LEN, block_size=128),
@@ -230,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
                 sim = statistics.median(r[1] for r in runs)
                 rows.append(dict(mode="incremental" if incremental else "whole-path",
                                  batch=batch, steps=steps, step_words=words,
+                                 num_threads=threads, dtype=dtype,
                                  timed_request_tokens=runs[0][2],
                                  measured_s=measured, simulated_s=sim,
                                  rel_error=sim / measured - 1))
@@ -240,13 +272,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def replay(calls: Path, block_size: int | None = None) -> int:
+def replay(calls: Path, block_size: int | None = None, hardware=None) -> int:
     """Price every recorded scoring call of a real search (one JSON line per call: problem_id,
     kv_bytes, block_size, and per mode its measured seconds and waves of token ids) on the
     simulated verifier of its mode, each problem's calls in order on one simulated engine, and
     print measured vs simulated seconds per problem and mode, the simulated prefix-cache hit
     rate (hit tokens / queried prompt tokens) and the per-call errors. `block_size` (tokens)
-    replaces the recorded block size of the incremental engine."""
+    replaces the recorded block size of the incremental engine; `hardware` (a spec) replaces
+    the calibration of the calls' dtype and threads (`recorded_hardware`)."""
     by_problem = read_calls(calls)
     errors: dict[str, list[float]] = {"whole": [], "incremental": []}
     print("| problem | mode | block | calls | measured s | simulated s | error | simulated hit rate |")
@@ -255,7 +288,8 @@ def replay(calls: Path, block_size: int | None = None) -> int:
         for mode in errors:
             bs = (block_size if block_size and mode == "incremental"
                   else block_size_of(recs[0], mode))
-            sim = SimVerifierReplay(mode == "incremental", recs[0]["kv_bytes"], bs)
+            sim = SimVerifierReplay(mode == "incremental", recs[0]["kv_bytes"], bs,
+                                    recorded_hardware(recs[0], hardware))
             pairs = [(r["modes"][mode]["seconds"], sim.call(r["modes"][mode]["waves"]))
                      for r in recs]
             errors[mode] += [b / a - 1 for a, b in pairs if a > 0.05]
@@ -271,6 +305,19 @@ def replay(calls: Path, block_size: int | None = None) -> int:
                   f"{statistics.median(abs_errs):.0%}, median signed {statistics.median(errs):+.0%}, "
                   f"max {max(abs_errs):.0%}")
     return 0
+
+
+def _hardware_arg(p: argparse.ArgumentParser, name: str | None):
+    """The spec `--hardware NAME` names (None without the flag); an unknown name is a usage
+    error listing the known ones."""
+    if name is None:
+        return None
+    from fasttts.perf.specs import SpecError, load_hardware
+
+    try:
+        return load_hardware(name)
+    except SpecError as e:
+        p.error(f"--hardware: {e}")
 
 
 def _formatter():
@@ -289,17 +336,18 @@ def _formatter():
     return fmt
 
 
-def reprice(grid: Path) -> int:
+def reprice(grid: Path, hardware=None) -> int:
     """Price the points of an earlier grid run (`--out` of a `--repeats 1` run: each point's
-    texts are those of seed = its batch size) on the current CPU calibration, and print the
-    measured vs simulated table."""
+    texts are those of seed = its batch size) on the current CPU calibration of its dtype and
+    threads (`recorded_hardware`; `hardware`, a spec, replaces it), and print the measured vs
+    simulated table."""
     fmt = _formatter()
     rows = []
     for r in json.loads(grid.read_text()):
         incremental = r["mode"] == "incremental"
         warm, timed = _requests(r["batch"], r["steps"], r["step_words"], r["batch"])
         sim = _sim_seconds(waves_of(fmt, warm, incremental), waves_of(fmt, timed, incremental),
-                           incremental)
+                           incremental, recorded_hardware(r, hardware))
         rows.append({**r, "simulated_s": sim, "rel_error": sim / r["measured_s"] - 1})
     _report(rows, None)
     return 0

