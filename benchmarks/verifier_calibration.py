@@ -14,10 +14,12 @@ step on top of the cached prefix. Each point is timed 3 times (fresh random text
 median kept.
 
 The simulator prices the same token ids: a `SimEngine` of the 0.5B model spec on the CPU
-calibration the planner uses for that dtype (`fasttts.engines.real.CPU_CALIBRATIONS`, fitted to
-the generator's engine steps by `benchmarks/calibrate_cpu.py`) with the real engine's block
-size, prefix caching as the mode has it, runs the same warm-up and the same timed requests.
-The table gives measured vs simulated seconds per point and the median and max relative error.
+calibration the planner uses for that dtype and engine thread count
+(`fasttts.engines.real.cpu_calibration`, fitted to generator engine steps and verifier calls
+by `benchmarks/calibrate_cpu.py fit`) with the real engine's block size, prefix caching as the
+mode has it, runs the same warm-up and the same timed requests. The table gives measured vs
+simulated seconds per point and the median and max relative error. Each grid row keeps the
+engines' `num_threads` and `dtype`, so `--reprice` prices it on the same calibration later.
 """
 
 from __future__ import annotations
@@ -120,15 +122,16 @@ def _default_threads() -> int:
 
 def recorded_hardware(rec: dict, hardware=None):
     """The spec that prices a recorded call or grid row: `hardware` if given, else the CPU
-    calibration of the record's dtype and engine threads (records written before these were
-    kept, all of them one-thread runs, count as 1 thread and this machine's dtype)."""
+    calibration of the record's `dtype` and `num_threads` (a record without them counts as
+    one thread and this machine's dtype; every committed record carries both)."""
     return hardware or calibration_for(rec.get("dtype"), rec.get("num_threads", 1))
 
 
 def read_calls(path: Path) -> dict[str, list[dict]]:
     """The recorded scoring calls of `path` (JSON lines, gzip when it ends in .gz), by problem
-    in recorded order: problem_id, kv_bytes, and per mode ("whole", "incremental") the
-    measured seconds, the waves of token ids and the engine's block size (`block_size_of`)."""
+    in recorded order: problem_id, kv_bytes, the engines' num_threads and dtype (where
+    recorded), and per mode ("whole", "incremental") the measured seconds, the waves of token
+    ids and the engine's block size (`block_size_of`)."""
     import gzip
 
     opener = gzip.open if path.suffix == ".gz" else open
@@ -228,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --replay or --reprice: price on this hardware spec instead of the "
                         "CPU calibration of the recorded dtype and engine threads")
     args = p.parse_args(argv)
+    if args.hardware is not None and not (args.replay or args.reprice):
+        p.error(f"--hardware {args.hardware}: only with --replay or --reprice (a measured grid "
+                "is priced on the calibration of the engines it measured)")
     hardware = _hardware_arg(p, args.hardware)
     if args.block_size is not None and (not args.replay or args.block_size <= 0):
         p.error(f"--block-size {args.block_size}: give a positive number of tokens, with --replay")
@@ -241,6 +247,15 @@ def main(argv: list[str] | None = None) -> int:
         return reprice(Path(args.reprice), hardware)
     grid = ([tuple(int(x) for x in pt.split("x")) for pt in args.points.split(",")]
             if args.points else GRID)
+    _report(measure_grid(grid, args.repeats), Path(args.out))
+    return 0
+
+
+def measure_grid(grid: list[tuple[int, int, int]], repeats: int) -> list[dict]:
+    """Time each grid point (B paths, S steps, W words a step) `repeats` times on real
+    whole-path and incremental verifiers of the derived Math-Shepherd checkpoint (fasttts's
+    engine defaults, block size 128) and price the same token ids on the simulator; one row
+    per point and mode (median measured and simulated seconds, relative error)."""
     from fasttts.backends.vllm_engine import resolve_dtype
     from fasttts.models.derived import math_shepherd_checkpoint
     from fasttts.verifiers.math_shepherd import MathShepherdVerifier
@@ -256,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             _point(v, incremental, 2, 3, 40, 99)  # warm-up
             for batch, steps, words in grid:
                 runs = [_point(v, incremental, batch, steps, words, 1000 * r + batch)
-                        for r in range(args.repeats)]
+                        for r in range(repeats)]
                 measured = statistics.median(r[0] for r in runs)
                 sim = statistics.median(r[1] for r in runs)
                 rows.append(dict(mode="incremental" if incremental else "whole-path",
@@ -268,8 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(rows[-1]), flush=True)
         finally:
             v.close()
-    _report(rows, Path(args.out))
-    return 0
+    return rows
 
 
 def replay(calls: Path, block_size: int | None = None, hardware=None) -> int:

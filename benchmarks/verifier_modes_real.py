@@ -15,8 +15,9 @@ verifiers, back to back, the order alternating between calls (so machine-speed s
 both modes alike), and each call is timed (`time.perf_counter`). The search continues with the
 whole-path scores (the baseline's decisions); the incremental scores are compared with them.
 
-Every scoring call is also written to OUT/calls.jsonl (per mode: measured seconds and the
-waves of token ids the verifier prefilled), so `benchmarks/verifier_calibration.py --replay
+Every scoring call is also written to OUT/calls.jsonl (the engines' KV bytes, num_threads,
+dtype and OMP_NUM_THREADS; per mode: measured seconds and the waves of token ids the verifier
+prefilled), so `benchmarks/verifier_calibration.py --replay
 OUT/calls.jsonl` prices the same calls on the simulator (the calibration of both modes on real
 search traffic).
 
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -124,7 +126,8 @@ def _build(args) -> tuple:
     whole = MathShepherdVerifier(vcfg, incremental=False)
     inc = MathShepherdVerifier(vcfg, incremental=True)
     calls = Path(args.out) / "calls.jsonl"
-    engine = {"num_threads": vcfg.num_threads, "dtype": resolve_dtype(vcfg.dtype)}
+    engine = {"num_threads": vcfg.num_threads, "dtype": resolve_dtype(vcfg.dtype),
+              "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS")}
     return gen, DualVerifier(whole, inc, max(1, args.n // args.beam_width), calls, GiB, engine)
 
 

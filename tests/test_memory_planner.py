@@ -130,7 +130,7 @@ def test_real_engine_plan_needs_model_specs():
         plan_real_engines(off, "rtx4090")
 
 
-def test_cpu_engines_are_priced_on_the_calibration_of_their_threads():
+def test_cpu_engines_are_priced_on_the_calibration_of_their_threads(monkeypatch):
     """`cpu_calibration`: the fit of the most engine threads not above the engine's, every
     name a spec that loads, and the planner (`planner_hardware`) follows the generator's
     threads on the CPU build of vLLM."""
@@ -144,18 +144,17 @@ def test_cpu_engines_are_priced_on_the_calibration_of_their_threads():
     assert cpu_calibration("bfloat16", 2) == "cpu-epyc-1thread"
     assert cpu_calibration("float16", 1) == "cpu-epyc-fp32-1thread"
     for by_threads in CPU_CALIBRATIONS.values():
-        for threads, name in by_threads.items():
+        for name in by_threads.values():
             assert load_hardware(name).name == name
+    platforms = pytest.importorskip("vllm.platforms")
+    monkeypatch.setattr(platforms.current_platform, "is_cpu", lambda: True)
     for threads in (1, 2):
         cfg = RunConfig(generator=EngineConfig(model=DEFAULT_GENERATOR, num_threads=threads,
                                                dtype="float32"))
         assert planner_hardware(cfg) == f"cpu-epyc-fp32-{threads}thread"
 
 
-def test_recorded_verifier_calls_are_priced_on_the_calibration_of_their_threads(capsys):
-    """benchmarks/verifier_calibration.py prices a recorded call on the CPU calibration of
-    its recorded dtype and threads (records without them are one-thread runs); --hardware
-    replaces it, and an unknown name is a usage error naming the known specs."""
+def _verifier_calibration_module():
     import importlib.util
     from pathlib import Path
 
@@ -163,16 +162,49 @@ def test_recorded_verifier_calls_are_priced_on_the_calibration_of_their_threads(
     spec = importlib.util.spec_from_file_location("verifier_calibration", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_recorded_verifier_calls_are_priced_on_the_calibration_of_their_threads(tmp_path, capsys):
+    """benchmarks/verifier_calibration.py prices a recorded call on the CPU calibration of
+    its recorded dtype and threads (a record without them counts as one thread); --hardware
+    replaces it, and an unknown name or --hardware without --replay / --reprice is a usage
+    error."""
+    import json
+
+    from fasttts.perf.specs import load_hardware
+
+    mod = _verifier_calibration_module()
     assert mod.recorded_hardware({"num_threads": 2, "dtype": "float32"}).name == "cpu-epyc-fp32-2thread"
     assert mod.recorded_hardware({"dtype": "float32"}).name == "cpu-epyc-fp32-1thread"
     assert mod.recorded_hardware({"dtype": "bfloat16", "num_threads": 2}).name == "cpu-epyc-1thread"
-    h200 = mod._hardware_arg(None, "h200")
+    h200 = load_hardware("h200")
     assert mod.recorded_hardware({"num_threads": 2, "dtype": "float32"}, h200) is h200
-    with pytest.raises(SystemExit) as e:
-        mod.main(["--replay", "x.jsonl", "--hardware", "rtx9999"])
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert "--hardware: unknown hardware spec 'rtx9999'; known: cpu-epyc-1thread" in err
+
+    # one recorded call, replayed: priced on the 2-thread fit, or on --hardware's spec
+    waves = [[list(range(1000, 1300)), list(range(2000, 2200))]]
+    rec = {"problem_id": "p", "call": 1, "kv_bytes": 1 << 30, "num_threads": 2, "dtype": "float32",
+           "block_size": 128, "modes": {m: {"seconds": 1.0, "waves": waves, "block_size": 128}
+                                        for m in ("whole", "incremental")}}
+    calls = tmp_path / "calls.jsonl"
+    calls.write_text(json.dumps(rec) + "\n")
+
+    def replayed(hardware):
+        capsys.readouterr()
+        assert mod.replay(calls, None, hardware) == 0
+        row = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| p | whole")]
+        return float(row[0].split("|")[6])
+
+    expect = mod.SimVerifierReplay(False, 1 << 30, 128, load_hardware("cpu-epyc-fp32-2thread"))
+    assert replayed(None) == pytest.approx(expect.call(waves), abs=0.05)
+    assert replayed(h200) < 0.1 < replayed(None)
+
+    for argv, message in [(["--replay", str(calls), "--hardware", "rtx9999"],
+                           "--hardware: unknown hardware spec 'rtx9999'; known: cpu-epyc-1thread"),
+                          (["--hardware", "h200"], "--hardware h200: only with --replay or --reprice")]:
+        with pytest.raises(SystemExit) as e:
+            mod.main(argv)
+        assert e.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_prefix_sharing_splits_the_shared_tokens_by_hand():

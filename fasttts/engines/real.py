@@ -18,8 +18,8 @@ from fasttts.runtime.memory_planner import MemoryPlan, PlanError
 from fasttts.runtime.plan_workload import plan_for_run
 from fasttts.runtime.replan import Replanner
 
-__all__ = ["apply_real_plan", "cpu_calibration", "derived_model_spec", "engine_slots", "plan_real_engines", "planner_hardware",
-           "real_model_specs", "real_replanner"]
+__all__ = ["apply_real_plan", "cpu_calibration", "derived_model_spec", "engine_slots",
+           "plan_real_engines", "planner_hardware", "real_model_specs", "real_replanner"]
 
 #: vLLM's `max_num_seqs` on its CPU build for offline use: the slots of an engine whose
 #: config does not set them.
