@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = ["AggStrategy", "VerifierKind", "EngineConfig", "RunConfig", "RuntimeConfig", "SearchConfig", "SimConfig",
-           "VerifierConfig",
+           "VerifierConfig", "add_runtime_defaults", "add_search_check",
            "DEFAULT_GENERATOR", "DEFAULT_VERIFIER", "SIM_GENERATOR", "SIM_VERIFIER"]
 
 AggStrategy = Literal["last", "min", "prod", "mean"]
@@ -41,6 +41,19 @@ GiB = 1 << 30
 #: the rule. The methods live a layer up, in `fasttts.search`, which adds its check when it is
 #: imported (`import fasttts` imports it), so every SearchConfig is checked once, when built.
 _SEARCH_CHECKS: list[Callable[[SearchConfig], None]] = []
+
+
+#: The runtime defaults of a search method (`RuntimeConfig` fields the user did not set),
+#: registered by `fasttts.search` as `add_runtime_defaults` is: each maps a SearchConfig to
+#: {field: value}; `RunConfig` applies them when it is built.
+_RUNTIME_DEFAULTS: list[Callable[[SearchConfig], dict[str, Any]]] = []
+
+
+def add_runtime_defaults(defaults: Callable[[SearchConfig], dict[str, Any]]) -> None:
+    """Fill the `RuntimeConfig` fields a run leaves unset from `defaults(search)` (once,
+    however often it is added), when a `RunConfig` is built."""
+    if defaults not in _RUNTIME_DEFAULTS:
+        _RUNTIME_DEFAULTS.append(defaults)
 
 
 def add_search_check(check: Callable[[SearchConfig], None]) -> None:
@@ -162,8 +175,11 @@ class SearchConfig(_Strict):
         sart_m: completed branches that stop the request, SART's M (default n // 2).
         sart_alpha: phase-1 pruning threshold on PRM scores, SART's alpha, in [0, 1].
         sart_beta: most branches phase 1 may prune, SART's beta (default n // 2).
-        sart_t: decode steps (tokens) between pruning checks, SART's T; a check runs at the
-            first step boundary after T tokens.
+        sart_t: engine decode steps of the request between two pruning checks, SART's T
+            (Algorithm 1, line 20); the paper's default 400.
+        sart_prune: SART's two-phase PRM pruning (section 3, Solution 2); off leaves
+            redundant sampling with early stopping alone (the paper's "SART w/o Pruning",
+            Fig. 6).
     """
 
     method: str = "beam_search"
@@ -185,7 +201,8 @@ class SearchConfig(_Strict):
     sart_m: int | None = Field(default=None, gt=0)
     sart_alpha: float = Field(default=0.5, ge=0.0, le=1.0)
     sart_beta: int | None = Field(default=None, ge=0)
-    sart_t: int = Field(default=64, gt=0)
+    sart_t: int = Field(default=400, gt=0)
+    sart_prune: bool = True
 
     @field_validator("step_delimiter")
     @classmethod
@@ -258,7 +275,9 @@ class RuntimeConfig(_Strict):
             faster (section 4.3.2); needs memory_planner.
         incremental_verification: score only each path's new steps, from the PRM's prefix
             cache (exact: every supported PRM is causal; `fasttts.verifiers.pooling`); off =
-            whole paths, as search-and-learn.
+            whole paths, as search-and-learn; not given = the search method's default
+            (`SearchStrategy.incremental_default`: on for SART, whose checks score the same
+            long branches again and again, off for the others).
         plan_seq_len: the path length (tokens, prompt included) the planner sizes for; None =
             256 + max_tokens / 2 for the first request, then the mean measured path length of
             the last 8 requests.
@@ -281,7 +300,7 @@ class RuntimeConfig(_Strict):
     prefix_aware_scheduling: bool = False
     memory_planner: bool = False
     offload: bool = False
-    incremental_verification: bool = False
+    incremental_verification: bool | None = None
     plan_seq_len: int | None = Field(default=None, gt=0)
     replan_min_shift: float = Field(default=0.1, ge=0.0, le=1.0)
     spec_truncation_ratio: float = Field(default=0.85, ge=0.0, le=1.0)
@@ -327,3 +346,15 @@ class RunConfig(_Strict):
     search: SearchConfig = Field(default_factory=SearchConfig)
     sim: SimConfig = Field(default_factory=SimConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+
+    @model_validator(mode="after")
+    def _method_runtime_defaults(self) -> RunConfig:
+        """The runtime fields left unset take the search method's defaults
+        (`add_runtime_defaults`), so `runtime` holds no None once a run is built."""
+        unset: dict[str, Any] = {}
+        for defaults in _RUNTIME_DEFAULTS:
+            unset |= {k: v for k, v in defaults(self.search).items()
+                      if k not in self.runtime.model_fields_set}
+        if unset:
+            object.__setattr__(self, "runtime", self.runtime.model_copy(update=unset))
+        return self

@@ -108,7 +108,9 @@ def add_flags(group, model: type, names: Iterable[str], *,
 
     The flag is `--field-name` (or `flags[name]`) into `args.<field>` (or `dests[name]`); its
     type (or `types[name]`, e.g. a size parser), choices (a `Literal`) and default (or
-    `defaults[name]`) are the field's, a `bool` field is a switch, and its help is the field's
+    `defaults[name]`) are the field's, a `bool` field is a switch (`--x`; `--x / --no-x`
+    when its default is on, None or given-only: those must tell "off" from "not given"), and
+    its help is the field's
     doc (`attr_docs`) between `prefixes[name]` and `notes[name]`, then the default (or
     `shown[name]`; None shows none). A field in `given_only` defaults to None on the command
     line, so it reaches the config only when given (`flag_values`); its help still shows the
@@ -129,7 +131,12 @@ def add_flags(group, model: type, names: Iterable[str], *,
         if metavars and name in metavars:
             kw["metavar"] = metavars[name]
         if kind is bool:
-            kw.update(action="store_true")
+            # a plain switch, unless the field's default is on, or "not given" must stay
+            # apart from "off" (a given-only or optional field): then --x / --no-x
+            tristate = annotation is not bool or name in given_only or default is True
+            kw.update(action=argparse.BooleanOptionalAction if tristate else "store_true")
+            if tristate:
+                kw["default"] = None if name in given_only or default is _NO_DEFAULT else default
         elif typing.get_origin(kind) is Literal:
             kw.update(choices=typing.get_args(kind))
         elif kind in (int, float):

@@ -15,17 +15,26 @@ from fasttts.verifiers.base import ScoreRequest, Verifier
 class ScriptedGenerator(GeneratorBackend):
     """Beam `b` generates `script[b]` (one char = one token). A script ending in "<eos>"
     finishes with end-of-sequence after the text before it. A greedy lookahead rollout j of
-    beam b (sequence tag "la<j>") generates `script["la<j>:<b>"]`."""
+    beam b (sequence tag "la<j>") generates `script["la<j>:<b>"]`. A request-prefixed id
+    ("req-1::p/b3") reads `script["req-1::3"]` when the script has it.
 
-    def __init__(self, script: dict[int, str], chars_per_step: int = 3, max_model_len: int = 4096):
+    At most `max_num_seqs` sequences run in a step, the first by (priority, arrival), as
+    vLLM's priority scheduler admits them; the others wait (`num_waiting`). `history` holds,
+    per step, the ids that ran in it (sorted)."""
+
+    def __init__(self, script: dict, chars_per_step: int = 3, max_model_len: int = 4096,
+                 max_num_seqs: int = 256):
         self.script = script
         self.chars_per_step = chars_per_step
         self.max_model_len = max_model_len
+        self.max_num_seqs = max_num_seqs
         self.clock = 0.0
         self.live: dict[str, dict] = {}
         self.added: list[tuple[str, GenerationParams]] = []
         self.aborted: list[str] = []
+        self.history: list[list[str]] = []
         self.steps = 0
+        self._arrivals = 0
 
     def encode_chat(self, messages):
         return [ord(c) for c in messages[-1]["content"]]
@@ -36,7 +45,9 @@ class ScriptedGenerator(GeneratorBackend):
     def add_sequence(self, seq_id, prompt_token_ids, params, priority=0):
         beam_id = int(seq_id.rsplit("/b", 1)[1])
         tag = seq_id.rsplit("/", 2)[1].partition("la")
-        text = self.script[f"la{tag[2]}:{beam_id}" if tag[1] else beam_id]
+        request = seq_id.partition("::")[0] + "::" if "::" in seq_id else ""
+        key = f"la{tag[2]}:{beam_id}" if tag[1] else beam_id
+        text = self.script.get(f"{request}{key}" if request else key, self.script.get(key))
         eos = text.endswith("<eos>")
         text = text.removesuffix("<eos>")
         # Cut at the first stop string (kept), as vLLM does with include_stop_str_in_output.
@@ -47,14 +58,33 @@ class ScriptedGenerator(GeneratorBackend):
                 text, reason = text[: i + len(stop)], "stop"
         if len(text) > params.max_tokens:
             text, reason = text[: params.max_tokens], "length"
-        self.live[seq_id] = {"text": text, "pos": 0, "reason": reason}
+        self.live[seq_id] = {"text": text, "pos": 0, "reason": reason,
+                             "order": (priority, self._arrivals)}
+        self._arrivals += 1
         self.added.append((seq_id, params))
+
+    def _running(self) -> list[str]:
+        """The running sequences keep their slots; free slots go to waiting ones in
+        (priority, arrival) order."""
+        running = [s for s in self.live if self.live[s].get("running")]
+        waiting = sorted((s for s in self.live if not self.live[s].get("running")),
+                         key=lambda s: self.live[s]["order"])
+        for seq_id in waiting[: max(0, self.max_num_seqs - len(running))]:
+            self.live[seq_id]["running"] = True
+            running.append(seq_id)
+        return running
+
+    def num_waiting(self):
+        return max(0, len(self.live) - self.max_num_seqs)
 
     def step(self):
         self.clock += 0.001
         self.steps += 1
         out = []
-        for seq_id, s in list(self.live.items()):
+        running = self._running()
+        self.history.append(sorted(running))
+        for seq_id in running:
+            s = self.live[seq_id]
             chunk = s["text"][s["pos"] : s["pos"] + self.chars_per_step]
             s["pos"] += len(chunk)
             done = s["pos"] >= len(s["text"])

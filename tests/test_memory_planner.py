@@ -276,10 +276,13 @@ def _reuse_inp(mem, n, method="beam_search", beam_width=4, s=1024, **extra):
     from fasttts.config import SearchConfig
     from fasttts.runtime.plan_workload import search_shape
 
+    # SART checked every 64 decode steps: the same 16 verifier rounds as a 64-token step
+    own = {"sart_t": 64} if method == "sart" else {}
     return PlanInput(memory_bytes=mem, generator=load_model("qwen2.5-math-1.5b"),
                      verifier=load_model("math-shepherd-7b"), hardware=load_hardware("rtx4090"),
                      num_requests=n, verifier_len=s, decode_len=s,
-                     **search_shape(SearchConfig(method=method, n=n, beam_width=beam_width), s),
+                     **search_shape(SearchConfig(method=method, n=n, beam_width=beam_width,
+                                                 **own), s),
                      **extra)
 
 
@@ -344,10 +347,13 @@ def test_tree_size_and_recompute_by_hand():
     # DVTS: 4 subtrees never merge: 16 + 4 + 4 + 4 nodes = N * (64 + 192 / 4) tokens
     dvts = inp("dvts")
     assert dvts.lineages == 4 and dvts.tree_tokens == 28 * 64 == 16 * (64 + 192 // 4)
-    # independent paths (SART) share nothing: every path holds all of S
-    sart = inp("sart")
+    # independent paths (SART) share nothing: every path holds all of S; checked every
+    # T = 64 decode steps, the verifier re-reads every path's prefix as beam search does
+    sart = inp("sart", **search_shape(SearchConfig(method="sart", n=16, sart_t=64), 256))
     assert (sart.share, sart.lineages, sart.tree_tokens) == (1, 16, 16 * 256)
     assert sart.recompute_tokens() == 16 * (256 - 64) * 4 // 2
+    # the paper's T = 400 is longer than these 256-token paths: one round, no re-reading
+    assert inp("sart").recompute_tokens() == 0
     # one pass (best-of-N): no reuse term
     one = inp("best_of_n", iterations=1)
     assert one.recompute_tokens() == 0 and one.tree_tokens == 16 * 256

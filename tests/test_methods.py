@@ -1,6 +1,7 @@
 """The method family (DVTS, VG-search, dynamic branching, self-consistency, best-of-N with an
-outcome score, greedy lookahead, SART): exact decisions on scripted inputs, derived by hand in
-the comments, plus the known faults of public implementations on the simulated backend."""
+outcome score, greedy lookahead; SART in tests/test_sart.py): exact decisions on scripted
+inputs, derived by hand in the comments, plus the known faults of public implementations on the
+simulated backend."""
 
 from __future__ import annotations
 
@@ -161,48 +162,6 @@ def test_lookahead_scores_a_step_by_its_greedy_rollout():
     assert len(lookahead_seqs) == 4 and all(p.temperature == 0.0 for _, p in lookahead_seqs)
     kept = [b for b in res.completions if b.parent_id in (2, 3)]
     assert all("+" not in b.text for b in res.completions) and kept
-
-
-# ---- SART ------------------------------------------------------------------------------------
-SART_SCRIPT = {1: "A\n\n", 2: "B\n\n", 3: "C\n\n", 4: "D\n\n",
-               5: "A1 \\boxed{1}\n\n", 6: "B1\n\n", 7: "D1\n\n",
-               8: "D2 \\boxed{2}\n\n"}
-SART_SCORES = {"A": 0.9, "B": 0.3, "C": 0.2, "D": 0.6, "A1 \\boxed{1}": 0.7, "B1": 0.4,
-               "D1": 0.8, "D2 \\boxed{2}": 0.65}
-
-
-def test_sart_two_phase_pruning_and_early_stop_by_hand():
-    # N=4, M=2, alpha=0.5, beta=1, T=1 (a check after every step).
-    # Check 1 (phase 1): below 0.5 are 3 (0.2) and 2 (0.3); the cap beta=1 prunes the lowest, 3.
-    # Iteration 1: 5 completes (0.7) -> phase 2, alpha' = 0.7, cap N-1 = 3; 6 (0.4) < 0.7 is
-    # pruned, 7 (0.8) survives. Iteration 2: 8 completes (0.65): 2 = M completions -> stop.
-    res, picked, gen, _ = run(SART_SCRIPT, SART_SCORES, method="sart", n=4, sart_m=2,
-                              sart_alpha=0.5, sart_beta=1, sart_t=1, num_iterations=10)
-    assert picked == [[1, 2, 4], [7]]
-    st = res.search_stats
-    assert [ids for _, ids in st["pruned"]] == [[3], [6]]
-    assert st["phase"] == "exploit" and st["threshold"] == 0.7 and st["num_pruned"] == 2
-    assert [b.beam_id for b in res.completions] == [5, 8]  # highest reward first
-    assert gen.live == {}
-
-
-def test_sart_stops_at_m_completions_with_branches_still_live():
-    # T large: no check ever runs, nothing is pruned. Iteration 1 extends all four branches
-    # (5<-1, 6<-2, 7<-3, 8<-4); 5 and 8 complete in that step, M=1 is reached, and the live
-    # branches 6 and 7 are dropped. Both completions of the step are returned, best first.
-    res, picked, gen, _ = run(SART_SCRIPT, SART_SCORES, method="sart", n=4, sart_m=1,
-                              sart_t=10_000, num_iterations=10)
-    assert res.stopped_early and res.num_iterations == 2
-    assert [b.beam_id for b in res.completions] == [5, 8]
-    assert res.search_stats["num_checks"] == 0 and res.search_stats["pruned"] == []
-    assert gen.live == {}
-
-
-def test_sart_phase_1_cap_and_threshold():
-    # beta=0: phase 1 may prune nothing although 2 and 3 are below alpha.
-    res, picked, _, _ = run(SART_SCRIPT, SART_SCORES, method="sart", n=4, sart_m=4,
-                            sart_beta=0, sart_t=1, num_iterations=2)
-    assert picked[0] == [1, 2, 3, 4]
 
 
 # ---- validation ------------------------------------------------------------------------------

@@ -51,7 +51,10 @@ def test_search_flags_come_from_search_config():
             assert name not in actions
             continue
         action = actions[name]
-        assert action.option_strings == ["--" + name.replace("_", "-")]
+        flag = "--" + name.replace("_", "-")
+        # a switch that is on by default, or given only, also has its --no- form
+        tristate = field.annotation is bool and (name in GIVEN_ONLY or field.default is True)
+        assert action.option_strings == [flag, *(["--no-" + flag[2:]] if tristate else [])]
         assert action.default == (None if name in GIVEN_ONLY else field.default)
         first_words = " ".join(docs[name].replace("`", "").rstrip(".").split()[:4])
         assert first_words in " ".join(action.help.split())
@@ -125,7 +128,20 @@ def test_only_given_method_parameters_reach_the_config():
      RuntimeConfig(spec_beam_extension=True, lookahead_verification=True)),
 ])
 def test_the_fasttts_flag_is_runtime_config_fasttts(argv, runtime):
-    assert _run_config(_args(*argv)).runtime == runtime
+    # beam search (the default method) scores whole paths unless a flag says otherwise
+    resolved = runtime.model_copy(update={
+        "incremental_verification": bool(runtime.incremental_verification)})
+    assert _run_config(_args(*argv)).runtime == resolved
+
+
+@pytest.mark.parametrize("argv, incremental", [
+    (["--method", "sart"], True), (["--method", "sart", "--no-incremental-verification"], False),
+    (["--method", "sart", "--baseline"], False), (["--method", "beam_search"], False),
+    (["--incremental-verification"], True), (["--method", "sart", "--fasttts"], True),
+    (["--method", "sart", "--fasttts", "--no-incremental-verification"], False)])
+def test_incremental_verification_defaults_on_for_sart_only(argv, incremental):
+    runtime = _run_config(_args(*argv)).runtime
+    assert runtime.incremental_verification is incremental
 
 
 def test_fasttts_turns_on_its_five_techniques():

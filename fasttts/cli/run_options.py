@@ -65,10 +65,12 @@ def _add_sim_options(p: argparse.ArgumentParser) -> None:
 
 
 def _technique_flags() -> list[str]:
-    """The `RuntimeConfig` switches, one per FastTTS technique (its bool fields)."""
+    """The `RuntimeConfig` switches, one per FastTTS technique (its bool fields, and the
+    bool-or-None ones whose default the search method sets)."""
     from fasttts.config import RuntimeConfig
 
-    return [name for name, f in RuntimeConfig.model_fields.items() if f.annotation is bool]
+    return [name for name, f in RuntimeConfig.model_fields.items()
+            if f.annotation in (bool, bool | None)]
 
 
 def _add_technique_options(p: argparse.ArgumentParser) -> None:
@@ -82,7 +84,8 @@ def _add_technique_options(p: argparse.ArgumentParser) -> None:
                    help=f"turn on the FastTTS techniques: "
                         f"{', '.join(map(flag_name, RuntimeConfig.FASTTTS))}")
     f.add_argument("--baseline", action="store_true",
-                   help="turn every FastTTS technique off (the default)")
+                   help="turn every FastTTS technique off (the default, but for SART's "
+                        "incremental verification)")
     add_flags(f, RuntimeConfig, [*_technique_flags(), "spec_truncation_ratio"],
               metavars={"spec_truncation_ratio": "R"})
 
@@ -129,7 +132,8 @@ def add_run_options(p: argparse.ArgumentParser, search: bool = True) -> None:
 
 def runtime_config(args: argparse.Namespace):
     """The `RuntimeConfig` of the technique flags: `RuntimeConfig.fasttts()` with --fasttts,
-    else the baseline, with each technique flag given turned on.
+    else the baseline, with each technique flag given turned on (`--no-x` turns off one
+    whose default the search method sets; --baseline turns those off too).
 
     Raises:
         ValueError: --fasttts with --baseline, or --baseline with a technique flag.
@@ -139,11 +143,18 @@ def runtime_config(args: argparse.Namespace):
 
     if args.fasttts and args.baseline:
         raise ValueError("--fasttts and --baseline contradict each other; give one")
-    on = [name for name in _technique_flags() if getattr(args, name)]
+    flags = _technique_flags()
+    on = [name for name in flags if getattr(args, name)]
     if args.baseline and on:
         raise ValueError("--baseline turns every technique off; drop it or the technique flags")
+    # --no-x of a switch whose default the method sets (None when not given)
+    off = [name for name in flags if getattr(args, name) is False
+           and RuntimeConfig.model_fields[name].default is None]
+    if args.baseline:
+        off = [name for name in flags if RuntimeConfig.model_fields[name].default is None]
     build = RuntimeConfig.fasttts if args.fasttts else RuntimeConfig
-    return build(**dict.fromkeys(on, True), spec_truncation_ratio=args.spec_truncation_ratio)
+    return build(**dict.fromkeys(on, True), **dict.fromkeys(off, False),
+                 spec_truncation_ratio=args.spec_truncation_ratio)
 
 
 def _sim_config(args: argparse.Namespace, runtime):

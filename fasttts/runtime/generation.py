@@ -20,7 +20,8 @@ from fasttts.runtime.driver import Driver, Generate, NewSequence, Search
 from fasttts.runtime.spec_beam_extension import SpeculativeBeamExtension
 from fasttts.steps import has_final_answer, split_steps
 
-__all__ = ["GenerationTrace", "StepRequest", "beam_seed", "extend_beams", "generate_step"]
+__all__ = ["GenerationTrace", "StepRequest", "beam_seed", "extend_beams", "generate_step",
+           "step_token_counts"]
 
 
 def beam_seed(base_seed: int, problem_id: str, parent_id: int | None, branch: int) -> int:
@@ -258,7 +259,7 @@ def _take_scores(beam: Beam, scores: list[float]) -> None:
         beam.step_scores.extend(scores)
 
 
-def _step_token_counts(text: str, pieces: list[tuple[int, int]], delimiter: str) -> list[int]:
+def step_token_counts(text: str, pieces: list[tuple[int, int]], delimiter: str) -> list[int]:
     """Tokens of each step of `text` (the text one sequence generated), from its updates
     (character offset where the update's text starts, tokens in the update): an update's
     tokens count for the step its text starts in (exact when updates carry one token)."""
@@ -283,7 +284,7 @@ def _finish_step(beam: Beam, text: str, reason: str | None, req: StepRequest,
     beam.steps = split_steps(beam.text, req.step_delimiter)
     new_steps = len(beam.steps) - before
     if new_steps > 0:
-        counts = _step_token_counts(text, list(pieces), req.step_delimiter)
+        counts = step_token_counts(text, list(pieces), req.step_delimiter)
         beam.step_tokens += (counts + [0] * new_steps)[:new_steps]
     beam.iterations += 1
     if reason in ("eos", "length"):

@@ -20,6 +20,7 @@ from fasttts.backends.base import CacheStats, GeneratorBackend
 from fasttts.beam import Beam
 from fasttts.config import RuntimeConfig, SearchConfig
 from fasttts.progress import IterationProgress
+from fasttts.runtime.branches import run_branches
 from fasttts.runtime.driver import Driver, Score, Search
 from fasttts.runtime.generation import GenerationTrace, StepRequest, generate_step
 from fasttts.runtime.lookahead_verification import plan_requests
@@ -180,7 +181,9 @@ class SearchRunner:
     def search(self, problem: str, problem_id: str = DEFAULT_PROBLEM_ID, on_progress=None) -> Search:
         """The search of one problem for a driver loop (FastTTS section 3.1): iterations of
         generate -> verify -> select until every path finished, the method stops early, or
-        the iteration budget is spent (the last iteration generates to the end).
+        the iteration budget is spent (the last iteration generates to the end). A
+        branch-level method (SART) runs the branch-level loop instead
+        (`fasttts.runtime.branches`; its checks count as iterations).
 
         `on_progress`, if given, is called with an `IterationProgress` after each iteration
         (`fasttts.progress`). Returns (as the generator's return value) the `SearchResult`.
@@ -190,6 +193,9 @@ class SearchRunner:
             PromptTooLongError: the prompt does not leave room for one generated token.
         """
         st = self._start(problem, problem_id)
+        if st.strategy.branch_level:
+            completed, checks, stopped = yield from run_branches(self, st, on_progress)
+            return self._result(st, completed, checks - 1, stopped)
         ids = itertools.count()
         kept, completed = [Beam(beam_id=next(ids), start_time=st.start)], []
         iteration, stopped_early = -1, False

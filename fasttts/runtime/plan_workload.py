@@ -25,14 +25,16 @@ def search_shape(search, seq_len: int) -> dict:
     paths at every depth (DVTS: its n / beam_width subtrees; the others n / (4 beam_width),
     fitted to measured trees). Other methods' paths are independent (lineages n, nothing
     shared). A method that generates each path in one pass (best-of-N, self-consistency) runs
-    one iteration. Measured trees (`SearchResult.tree_tokens`) replace the estimate when
-    re-planning (`PlanInput.tree_len`).
+    one iteration; a branch-level method (SART) is scored every `check_interval` decode steps,
+    which is its "step" here (at most `seq_len`). Measured trees (`SearchResult.tree_tokens`)
+    replace the estimate when re-planning (`PlanInput.tree_len`).
     """
     strategy = make_strategy(search)
-    single_pass = strategy.num_iterations == 1
+    single_pass = strategy.num_iterations == 1 and not strategy.branch_level
     tree = strategy.shares_prefixes
     share = min(search.beam_width, search.n) if tree else 1
-    step = PLAN_STEP_LEN * strategy.steps_per_level
+    step = (min(strategy.check_interval, seq_len) if strategy.branch_level
+            else PLAN_STEP_LEN * strategy.steps_per_level)
     lineages = strategy.planned_lineages(share)
     return dict(shared_len=max(0, seq_len - step) if tree else 0, share=share,
                 iterations=1 if single_pass else max(1, -(-seq_len // step)),

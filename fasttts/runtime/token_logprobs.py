@@ -18,7 +18,7 @@ from __future__ import annotations
 from fasttts.backends.base import ScoreRequest, SequenceUpdate
 from fasttts.beam import Beam, HeadStart
 
-__all__ = ["adopt_head", "extend", "head_logprobs", "outcome_request", "path_step_logprobs",
+__all__ = ["adopt_head", "cut", "extend", "head_logprobs", "outcome_request", "path_step_logprobs",
            "with_branch_logprobs"]
 
 
@@ -47,14 +47,23 @@ def path_step_logprobs(beam: Beam) -> tuple[tuple[float, ...], ...] | None:
     lps = beam.token_logprobs
     if len(lps) != len(beam.token_ids):
         return None
-    if not beam.steps:
+    return cut(lps, beam.step_tokens, len(beam.steps))
+
+
+def cut(lps: list[float], step_tokens: list[int], num_steps: int,
+        rest_to_last: bool = True) -> tuple[tuple[float, ...], ...]:
+    """`lps` cut into `num_steps` steps of `step_tokens` tokens each (a step without a count
+    gets none). The tokens after the last counted step go to the last step with
+    `rest_to_last`, else nowhere (a step still being written)."""
+    if not num_steps:
         return ()
     out, pos = [], 0
-    for n in beam.step_tokens[: len(beam.steps)]:
+    for n in step_tokens[:num_steps]:
         out.append(list(lps[pos:pos + n]))
         pos += n
-    out += [[] for _ in range(len(beam.steps) - len(out))]
-    out[-1] += lps[pos:]
+    out += [[] for _ in range(num_steps - len(out))]
+    if rest_to_last:
+        out[-1] += lps[pos:]
     return tuple(tuple(x) for x in out)
 
 

@@ -1,6 +1,6 @@
 """Search methods (the policy): one file per method over the shared loop of `fasttts.runtime`."""
 
-from fasttts.config import SearchConfig, add_search_check
+from fasttts.config import SearchConfig, add_runtime_defaults, add_search_check
 from fasttts.search.base import SearchConfigError, SearchStrategy
 from fasttts.search.beam_search import BeamSearch
 from fasttts.search.best_of_n import BestOfN
@@ -12,7 +12,7 @@ from fasttts.search.self_consistency import SelfConsistency
 from fasttts.search.vg_search import VGSearch
 
 __all__ = ["GIVEN_ONLY", "METHODS", "METHOD_PARAMS", "SearchConfigError", "SearchStrategy",
-           "check_search", "make_strategy", "methods_that"]
+           "check_search", "make_strategy", "methods_that", "runtime_defaults"]
 
 #: Search methods by name.
 METHODS: dict[str, type[SearchStrategy]] = {cls.name: cls for cls in (
@@ -60,6 +60,17 @@ def check_search(cfg: SearchConfig) -> None:
 
 
 add_search_check(check_search)
+
+
+def runtime_defaults(cfg: SearchConfig) -> dict[str, bool]:
+    """The `RuntimeConfig` fields whose default depends on the search method:
+    incremental verification (`SearchStrategy.incremental_default`); an unknown method (its
+    config failed to build) has none."""
+    cls = METHODS.get(cfg.method)
+    return {} if cls is None else {"incremental_verification": cls.incremental_default}
+
+
+add_runtime_defaults(runtime_defaults)
 
 
 def make_strategy(cfg: SearchConfig) -> SearchStrategy:

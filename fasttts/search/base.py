@@ -72,6 +72,13 @@ class SearchStrategy(ABC):
     #: The `SearchConfig` fields that belong to this method alone (setting one for another
     #: method is an error: `fasttts.search.check_search`).
     own_params: ClassVar[tuple[str, ...]] = ()
+    #: A branch-level method (SART section 4): its n branches are n engine sequences that
+    #: decode to their end with no step barrier, checked every `check_interval` decode steps
+    #: (`fasttts.runtime.branches`); False = the generate -> verify -> select loop.
+    branch_level: ClassVar[bool] = False
+    #: The method's default for `RuntimeConfig.incremental_verification` when the run does
+    #: not set it (`fasttts.search.runtime_defaults`).
+    incremental_default: ClassVar[bool] = False
 
     def __init__(self, cfg: SearchConfig):
         self.cfg = cfg
@@ -97,6 +104,12 @@ class SearchStrategy(ABC):
         n / (`TREE_LINEAGE_DIVISOR` share)."""
         n = self.cfg.n
         return max(1, n // (TREE_LINEAGE_DIVISOR * share)) if self.shares_prefixes else n
+
+    @property
+    def check_interval(self) -> int | None:
+        """Engine decode steps of the request between two checks of a branch-level method
+        (its live branches scored and `select`ed); None = no checks."""
+        return None
 
     @property
     def num_iterations(self) -> int:
