@@ -51,8 +51,10 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="on SIGTERM / Ctrl-C, seconds in-flight requests may finish before "
                         "they are cancelled (default: %(default)s)")
-    p.add_argument("--max-active-requests", type=int, default=4,
-                   help="most requests searching at once (default: %(default)s)")
+    p.add_argument("--max-active-requests", type=int, default=256,
+                   help="most requests searching at once, a safety limit on the server's "
+                        "memory; requests are admitted by free decode slots (SART's "
+                        "branch-level admission) (default: %(default)s)")
     p.add_argument("--max-queue", type=int, default=64,
                    help="most requests waiting; more get 429 (default: %(default)s)")
     p.add_argument("--request-timeout", type=float, default=1800,

@@ -193,6 +193,9 @@ class Driver:
         num_arrivals: searches taken so far.
         num_score_calls: verifier calls made.
         num_merged: `Score` wishes served inside another search's verifier call.
+        step_time_s, score_time_s: seconds (engine clock) spent in engine steps and in
+            verifier calls; while a call runs no search decodes, so score_time_s /
+            (step_time_s + score_time_s) is the share of engine time lost to scoring.
     """
 
     def __init__(self, generator: GeneratorBackend, verifier: Verifier | None = None,
@@ -206,6 +209,7 @@ class Driver:
         self._owner: dict[str, Task] = {}
         self._arrivals = itertools.count()
         self.num_steps = self.num_arrivals = self.num_score_calls = self.num_merged = 0
+        self.step_time_s = self.score_time_s = 0.0
         self.info = EngineInfo(self)
 
     @property
@@ -333,6 +337,7 @@ class Driver:
         """One verifier call for the `Score` wishes of `tasks`; each gets its own scores (or
         the call's error)."""
         flat = [r for t in tasks for r in t.wish.requests]
+        t0 = self.engine.now() if self.engine is not None else 0.0
         try:
             with self.while_scoring():
                 scores = self.verifier.score(flat) if flat else []
@@ -343,6 +348,8 @@ class Driver:
         finally:
             self.num_score_calls += bool(flat)
             self.num_merged += max(0, len(tasks) - 1)
+            if self.engine is not None:
+                self.score_time_s += self.engine.now() - t0
         k = 0
         for t in tasks:
             n = len(t.wish.requests)
@@ -350,6 +357,7 @@ class Driver:
 
     def _step(self, tasks: list[Task]) -> None:
         """Step the engine once and route its updates to the searches owning them."""
+        t0 = self.engine.now()
         try:
             updates = self.engine.step()
             if not updates and self.engine.num_unfinished() == 0 and any(
@@ -362,6 +370,7 @@ class Driver:
                 self.on_engine_error(exc)
             return
         self.num_steps += 1
+        self.step_time_s += self.engine.now() - t0
         for up in updates:
             eid = up.seq_id
             task = self._owner.get(eid)

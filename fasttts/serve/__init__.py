@@ -13,7 +13,7 @@ __all__ = ["build_state"]
 
 
 def build_state(cfg: RunConfig, limits: ServerLimits, api_key: str | None = None,
-                max_active: int = 4, max_queue: int = 64,
+                max_active: int = 256, max_queue: int = 64,
                 request_timeout_s: float | None = None):
     """Start the engines, the driver loop (`fasttts.serve.hub`) and the scheduler of a server.
 
@@ -23,7 +23,8 @@ def build_state(cfg: RunConfig, limits: ServerLimits, api_key: str | None = None
         limits: per-request limits and the served model names (none given: the generator's
             name as configured, `cfg.generator.model`, as vLLM serves a model).
         api_key: bearer token clients must send (None = none).
-        max_active: most requests searching at once.
+        max_active: most requests searching at once (a safety limit; admission is by free
+            decode slots, `fasttts.serve.admission`).
         max_queue: most requests waiting.
         request_timeout_s: most seconds one request may search (None = no limit).
 

@@ -1,11 +1,12 @@
 """The request scheduler: SART's request queue over the shared-engine hub.
 
-SART Algorithm 1 (section 4): requests wait in a request queue; the decode batch is filled
-with waiting branches first, and only when no branch waits is a new request admitted
-(prefilled). Here a request is admitted when fewer than `max_active` requests run and the
-generator engine has nothing waiting (every branch of the running requests is in the batch);
-the check runs in the driver thread after every turn of the driver loop (so after every
-engine step, submission and completion). An admitted request's search (any method, any
+SART Algorithm 1 (section 4, lines 11-19): requests wait in a request queue; a free decode
+slot goes to a waiting branch first, and only when no branch waits and a slot is free is a
+new request admitted (prefilled): `fasttts.serve.admission`. The rule runs in the driver
+thread after every turn of the driver loop (so after every engine step, submission and
+completion), over the engine's decode slots B (its batch cap, or the memory planner's B_dec).
+`max_active` caps the requests searching at once as a safety limit on the server's memory,
+not as the admission rule. An admitted request's search (any method, any
 FastTTS technique) becomes one more state machine in the server's driver loop
 (`fasttts.serve.hub`), so the engine batches the branches of all running requests together
 and the verifier scores all of their paths in shared calls; no thread per request.
@@ -38,6 +39,7 @@ from fasttts.config import RuntimeConfig, SearchConfig
 from fasttts.runtime.driver import Task
 from fasttts.runtime.loop import DEFAULT_PROBLEM_ID, SearchRunner
 from fasttts.runtime.memory_planner import PlanError
+from fasttts.serve.admission import BatchState, admits
 from fasttts.serve.hub import EngineHub, RequestCancelled
 from fasttts.verifiers.base import ScoreRequest, Verifier
 
@@ -123,7 +125,8 @@ class Scheduler:
         hub: the shared generator engine.
         verifier: the shared verifier.
         runtime: FastTTS techniques every search uses.
-        max_active: most requests searching at once.
+        max_active: most requests searching at once (a safety limit; admission is by free
+            decode slots, `fasttts.serve.admission`).
         max_queue: most requests waiting; more are refused with QueueFull.
         request_timeout_s: most seconds a request may search (None = no limit).
         replanner: the memory planner's `Replanner` (None = caps fixed at start).
@@ -132,7 +135,7 @@ class Scheduler:
     """
 
     def __init__(self, hub: EngineHub, verifier: SharedVerifier, runtime: RuntimeConfig,
-                 max_active: int = 4, max_queue: int = 64,
+                 max_active: int = 256, max_queue: int = 64,
                  request_timeout_s: float | None = None, replanner=None, config=None,
                  apply_plan: Callable | None = None):
         self.replanner, self.config, self.apply_plan = replanner, config, apply_plan
@@ -206,9 +209,10 @@ class Scheduler:
         if not self._queue:  # the common case after an engine step: no lock taken
             return
         with self._lock:
-            while (self._queue and len(self._active) < self.max_active
-                   and (not self._active or self._engine_waiting() == 0)):
+            incoming = 0
+            while self._queue and admits(self._batch_state(incoming)):
                 job = self._queue.popleft()
+                incoming += job.search.n
                 job.started = time.monotonic()
                 self._active[job.id] = job
                 if not job.future.set_running_or_notify_cancel():  # cancelled while queued
@@ -220,9 +224,14 @@ class Scheduler:
                                           on_start=self._replan,
                                           on_done=lambda task, job=job: self._done(job, task))
 
-    def _engine_waiting(self) -> int:
+    def _batch_state(self, incoming: int) -> BatchState:
+        """The engine's slots and sequences now (read under the hub's lock), with `incoming`
+        branches of requests admitted in this round (not in the engine yet)."""
         with self.hub.cv:
-            return self.hub.engine.num_waiting()
+            engine = self.hub.engine
+            return BatchState(slots=engine.max_num_seqs, in_engine=engine.num_unfinished(),
+                              waiting=engine.num_waiting(), incoming=incoming,
+                              active=len(self._active), max_active=self.max_active)
 
     def _replan(self, finished: Job | None = None, result=None) -> None:
         """Record a finished request's lengths and re-plan the caps for the requests
