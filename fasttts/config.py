@@ -237,8 +237,11 @@ class SimConfig(_Strict):
         block_size: tokens per KV block (vLLM's GPU default 16).
         max_num_seqs: most running generator sequences (B_dec cap).
         max_num_batched_tokens: token budget per engine step (chunked prefill).
-        workload: workload model .json, or a trace.jsonl from a real `fasttts eval` run; None =
-            the parametric model.
+        workload: the simulated text and scores: a workload model .json, a trace.jsonl from a
+            real `fasttts eval` run, or a long chain-of-thought workload ("longcot-gpqa":
+            reasoning-model branches fitted to recorded GPQA-Diamond lengths, or a .json of
+            its fields; `fasttts.backends.sim.longcot`); None = the parametric step-search
+            model.
     """
 
     hardware: str = "rtx4090"

@@ -7,7 +7,7 @@ import argparse
 import sys
 import textwrap
 
-from fasttts.cli import evaluate, models, plan, serve, solve
+from fasttts.cli import bench, evaluate, models, plan, serve, solve
 from fasttts.prm_train import command as prm_command
 
 __all__ = ["build_parser", "main"]
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     verbose.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
                          help=verbose_help)
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (solve, evaluate, plan, serve, models, prm_command):
+    for command in (solve, evaluate, plan, serve, models, prm_command, bench):
         command.add_parser(sub, [verbose])
     return parser
 

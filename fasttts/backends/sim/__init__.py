@@ -10,18 +10,22 @@ search-and-learn baseline or the sizes a memory plan gives them (planned in
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from fasttts.backends.base import Verifier
 from fasttts.backends.sim.engine import SimEngine, VirtualClock
 from fasttts.backends.sim.generator import SimGenerator
+from fasttts.backends.sim.longcot import BUILTIN, LongCoTModel, LongCoTWorkload
 from fasttts.backends.sim.verifier import SimVerifier
 from fasttts.backends.sim.workload import Workload, WorkloadModel
 from fasttts.config import RunConfig, SimConfig
 from fasttts.perf.specs import HardwareSpec, ModelSpec, load_hardware, load_model, priced_on
 
-__all__ = ["MemorySplit", "SimDevice", "SimGenerator", "SimSizes", "SimVerifier", "Workload",
-           "WorkloadModel", "build_sim", "resize_sim", "sim_device", "static_split"]
+__all__ = ["LongCoTWorkload", "MemorySplit", "SimDevice", "SimGenerator", "SimSizes",
+           "SimVerifier", "Workload", "WorkloadModel", "build_sim", "load_workload", "resize_sim",
+           "sim_device", "static_split"]
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,29 @@ def sim_device(cfg: RunConfig) -> SimDevice:
     return SimDevice(hw, gen, ver, static_split(hw, gen, ver, cfg.sim))
 
 
+def load_workload(spec: str | None) -> Workload:
+    """The workload `SimConfig.workload` names: None = the parametric step-search workload; a
+    long-CoT workload by name (`fasttts.backends.sim.longcot.BUILTIN`, e.g. "longcot-gpqa") or
+    from a JSON file of `LongCoTModel` fields; a `WorkloadModel` JSON file; or a trace.jsonl
+    of a real run (`WorkloadModel.from_trace`).
+
+    Raises:
+        ValueError: an unreadable file, unknown fields or an empty trace (names the file).
+    """
+    if spec is None:
+        return Workload(WorkloadModel())
+    if spec in BUILTIN:
+        return LongCoTWorkload(LongCoTModel.load(spec))
+    if spec.endswith(".json"):
+        try:
+            fields = json.loads(Path(spec).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise ValueError(f"cannot read workload file {spec}: {e}") from e
+        if isinstance(fields, dict) and "log_median_loc" in fields:
+            return LongCoTWorkload(LongCoTModel.load(spec))
+    return Workload(WorkloadModel.from_file(spec))
+
+
 def build_sim(cfg: RunConfig, workload: Workload | None = None,
               sizes: SimSizes | None = None) -> tuple[SimGenerator, Verifier]:
     """A simulated generator and verifier on one device, as `cfg` describes (with the
@@ -178,8 +205,7 @@ def build_sim(cfg: RunConfig, workload: Workload | None = None,
         sizes = SimSizes(split.generator_kv, split.verifier_kv, sim.max_num_seqs,
                          cfg.verifier.batch_size)
     if workload is None:
-        model = WorkloadModel.from_file(sim.workload) if sim.workload else WorkloadModel()
-        workload = Workload(model)
+        workload = load_workload(sim.workload)
     clock = VirtualClock()
     bs = sim.block_size
     gen_engine = SimEngine(gen, hw, clock, sizes.generator_kv // (bs * gen.kv_bytes_per_token),

@@ -1,0 +1,55 @@
+"""`fasttts bench`: benchmark recipes of one harness (DESIGN.md, "Benchmarks are recipes").
+
+A recipe reproduces one evaluation (a paper figure, or one of this project's own
+measurements) into an append-only output folder (`fasttts.bench.store`): resumable, with
+progress bars, `summary.json` and a printed table. `RECIPES` is the one list of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["RECIPES", "Recipe"]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One benchmark recipe.
+
+    Attributes:
+        name: its command-line name.
+        about: one line: what it measures and its paper source.
+        backends: the backends it runs on ("sim", "vllm"); the first is the default.
+        quick_time, full_time: expected wall time at --quick and full size on 2 cores.
+        main: runs it from the parsed arguments; returns the exit code.
+    """
+
+    name: str
+    about: str
+    backends: tuple[str, ...]
+    quick_time: str
+    full_time: str
+    main: Callable
+
+
+def _sart_latency(args) -> int:
+    from fasttts.bench import sart_latency
+
+    return sart_latency.main(args, sart_latency.ROWS, "sart-latency")
+
+
+def _sart_ablation(args) -> int:
+    from fasttts.bench import sart_latency
+
+    return sart_latency.main(args, sart_latency.ABLATION, "sart-ablation")
+
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in (
+    Recipe("sart-latency", "SART vs self-consistency, best-of-N and vanilla under Poisson "
+           "arrivals: P50-P99 latency, accuracy, tokens (SART section 5.2, Fig. 5)",
+           ("sim", "vllm"), "sim 4 min, vllm 25 min", "sim 35 min, vllm 60 min", _sart_latency),
+    Recipe("sart-ablation", "early stopping alone, pruning alone, both, vs self-consistency, "
+           "N = 8 (SART section 5.3, Fig. 6)",
+           ("sim", "vllm"), "sim 3 min", "sim 25 min", _sart_ablation),
+)}

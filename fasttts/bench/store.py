@@ -1,0 +1,143 @@
+"""The append-only record store of a benchmark run (`fasttts bench NAME --out DIR`).
+
+`DIR/config.json` holds the recipe's configuration; `DIR/rows.jsonl` one line per finished
+row (a configuration at one rate: its summary and its per-request records), written as one
+complete line and synced before the next row starts. Re-running the same command skips the
+rows already there: a line cut short by an interrupted run is dropped (that row runs again),
+a damaged line is moved to `rows.jsonl.bad` with a warning naming its line number, so nothing
+is lost or counted twice. A row is the unit: the requests of one row share an engine and
+queue behind each other, so a half-run row cannot be resumed, only rerun.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+__all__ = ["BenchDirError", "RowStore", "RowsFileWarning", "check_out_dir"]
+
+
+class BenchDirError(ValueError):
+    """The output folder cannot be used (not writable, another recipe's configuration)."""
+
+
+class RowsFileWarning(UserWarning):
+    """A damaged line of rows.jsonl was set aside in rows.jsonl.bad."""
+
+
+def check_out_dir(out: str | os.PathLike) -> Path:
+    """The output folder, checked writable before anything runs (it, or its nearest existing
+    parent, must be a writable folder); not created yet.
+
+    Raises:
+        BenchDirError: empty path, a file in the way, or a folder that cannot be written.
+    """
+    if not str(out).strip():
+        raise BenchDirError("--out is empty: give the folder to write the benchmark to")
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise BenchDirError(f"--out {path} exists and is not a folder")
+    existing = next(p for p in (path, *path.absolute().parents) if p.exists())
+    try:  # a real write, not a permission bit: root passes os.access on read-only mounts
+        os.rmdir(tempfile.mkdtemp(prefix=".fasttts-probe-", dir=existing))
+    except OSError as e:
+        raise BenchDirError(f"--out {path} cannot be written: {existing} is not a writable "
+                            f"folder ({e.strerror})") from e
+    return path
+
+
+def _sync_append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class RowStore:
+    """The rows of one benchmark configuration in an output folder (module docstring).
+
+    Args:
+        out: the folder (`check_out_dir`; created on the first row).
+        config: the JSON-serialisable recipe configuration; an existing folder's must equal it.
+
+    Raises:
+        BenchDirError: the folder holds another configuration, or cannot be used.
+    """
+
+    def __init__(self, out: str | os.PathLike, config: dict):
+        self.dir = check_out_dir(out)
+        self.config = json.loads(json.dumps(config))
+        self.rows_path = self.dir / "rows.jsonl"
+        cfg = self.dir / "config.json"
+        try:
+            if cfg.exists():
+                old = json.loads(cfg.read_text(encoding="utf-8"))
+                if old != self.config:
+                    keys = sorted(k for k in set(old) | set(self.config)
+                                  if old.get(k) != self.config.get(k))
+                    raise BenchDirError(f"--out {self.dir} holds another benchmark "
+                                        f"configuration (differs in {', '.join(keys)}); use a "
+                                        f"new folder or the same options")
+            self.rows = self._load()
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            if isinstance(e, BenchDirError):
+                raise
+            raise BenchDirError(f"--out {self.dir} cannot be used: {e}") from e
+
+    def _load(self) -> list[dict]:
+        if not self.rows_path.exists():
+            return []
+        data = self.rows_path.read_bytes()
+        lines = data.splitlines(keepends=True)
+        if lines and not lines[-1].endswith(b"\n"):
+            lines.pop()  # cut short: that row runs again
+        good, bad = [], []
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                ok = isinstance(row, dict) and isinstance(row.get("key"), str) \
+                    and isinstance(row.get("row"), dict)
+            except ValueError:
+                ok = False
+            (good if ok else bad).append(line)
+            if not ok:
+                warnings.warn(f"{self.rows_path} line {number}: not a row record; set aside "
+                              f"in rows.jsonl.bad, that row runs again", RowsFileWarning,
+                              stacklevel=3)
+        if bad:
+            _sync_append(self.rows_path.with_name("rows.jsonl.bad"), b"".join(bad))
+        if b"".join(good) != data:
+            tmp = self.rows_path.with_name(".rows.jsonl.tmp")
+            tmp.write_bytes(b"".join(good))
+            os.replace(tmp, self.rows_path)
+        return [json.loads(line) for line in good]
+
+    @property
+    def done(self) -> set[str]:
+        """Keys of the rows already run."""
+        return {r["key"] for r in self.rows}
+
+    def append(self, key: str, row: dict, records: list[dict]) -> None:
+        """Add one finished row (its summary and per-request records) as one synced line."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        cfg = self.dir / "config.json"
+        if not cfg.exists():
+            tmp = self.dir / ".config.json.tmp"
+            tmp.write_text(json.dumps(self.config, indent=2, sort_keys=True) + "\n")
+            os.replace(tmp, cfg)
+        entry = {"key": key, "row": row, "requests": records}
+        _sync_append(self.rows_path, (json.dumps(entry, ensure_ascii=False) + "\n").encode())
+        self.rows.append(entry)
+
+    def write_summary(self, summary: dict) -> Path:
+        """Write DIR/summary.json (e.g. {"rows": [...]}) atomically; returns its path."""
+        path = self.dir / "summary.json"
+        tmp = self.dir / ".summary.json.tmp"
+        tmp.write_text(json.dumps(summary, indent=2) + "\n")
+        os.replace(tmp, path)
+        return path
