@@ -86,7 +86,8 @@ def serve_virtual(tts, search, requests: list[Request], max_active: int = 256,
 
     Returns:
         (records in arrival order, engine totals: "kv_blocks_after" (blocks still held after
-        the drain), "verifier_share" (verifier seconds / engine seconds), "engine_steps").
+        the drain), "preemptions" (sequences preempted for KV blocks), "verifier_share"
+        (verifier seconds / engine seconds), "engine_steps").
 
     Raises:
         ValueError: `tts` does not run on the simulator (its clock is not virtual).
@@ -123,9 +124,9 @@ def serve_virtual(tts, search, requests: list[Request], max_active: int = 256,
             incoming += search.n
         if not driver.advance() and pending:
             clock.advance(max(0.0, pending[0].arrival_s - gen.now()))
-    busy = driver.step_time_s + driver.score_time_s
+    busy, cache = driver.step_time_s + driver.score_time_s, gen.cache_stats()
     return sorted(records, key=lambda r: r["index"]), {
-        "kv_blocks_after": gen.cache_stats().num_blocks_used,
+        "kv_blocks_after": cache.num_blocks_used, "preemptions": cache.num_preemptions,
         "verifier_share": driver.score_time_s / busy if busy else 0.0,
         "engine_steps": driver.num_steps}
 

@@ -77,7 +77,10 @@ class _Branch:
 
     def materialize(self, delimiter: str, final: bool) -> None:
         """Set the beam's text and its steps: every step when `final` (the branch ended), else
-        the complete ones only (ending with the delimiter; a step being written is left out)."""
+        the complete ones only (ending with the delimiter; a step being written is left out).
+        The tokens of each step (`Beam.step_tokens`) are counted when the branch ends, or at
+        each check when its token log-probabilities are kept (the confidence verifier cuts
+        them by step)."""
         beam = self.beam
         beam.text = "".join(self.chunks)
         self.chunks = [beam.text]
@@ -85,7 +88,9 @@ class _Branch:
         if not final and steps and not steps[-1].endswith(delimiter):
             steps.pop()
         beam.steps = steps
-        beam.step_tokens = step_token_counts(beam.text, self.pieces, delimiter)[:len(steps)]
+        if final or beam.token_logprobs:
+            counts = step_token_counts(beam.text, self.pieces, delimiter)
+            beam.step_tokens = counts[:len(steps)]
 
 
 def _request(problem: str, br: _Branch, delimiter: str, final: bool) -> ScoreRequest | None:

@@ -35,7 +35,6 @@ branch-level scheduling (SART Algorithm 1) needs.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Callable, Generator
 from contextlib import AbstractContextManager, nullcontext
@@ -379,8 +378,9 @@ class Driver:
             if up.finished:
                 del self._owner[eid]
                 task.live.discard(eid)
-            task.inbox.append(dataclasses.replace(up, seq_id=eid[len(task.prefix):])
-                              if task.prefix else up)
+            if task.prefix:  # the engine's update object is the driver's to rename
+                up.seq_id = eid[len(task.prefix):]
+            task.inbox.append(up)
         for t in tasks:
             t.waiting, t.send, t.inbox = None, t.inbox, []
 
