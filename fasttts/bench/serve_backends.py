@@ -62,11 +62,14 @@ class SimBackend:
         problems: the requests' problems.
         make_search: row -> SearchConfig.
         seed: arrival seed.
+        make_config: SearchConfig -> the RunConfig of the simulated run (default
+            `sim_run_config`: the paper-scale device and long-CoT workload).
     """
 
     problems: list[Problem]
     make_search: object
     seed: int = 0
+    make_config: object = None
     kind: str = "sim"
 
     def serve(self, row, rate: float, count: int, on_request) -> tuple[list[dict], dict]:
@@ -75,7 +78,7 @@ class SimBackend:
         from fasttts.bench.serving import serve_virtual
 
         search = self.make_search(row)
-        cfg = sim_run_config(search)
+        cfg = (self.make_config or sim_run_config)(search)
         with FastTTS(cfg) as tts:
             for p in self.problems:
                 tts.set_reference(p.problem, p.answer)
