@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+import sys
 import time
 from dataclasses import dataclass
 
@@ -38,12 +39,14 @@ RATE_FACTORS = {"low": 0.5, "high": 1.5}
 
 @dataclass(frozen=True)
 class Row:
-    """One configuration of the table: a label, the method, N and its own SART settings."""
+    """One configuration of the table: a label, the method, N, its own SART settings
+    (`SearchConfig` fields) and runtime settings (`RuntimeConfig` fields)."""
 
     label: str
     method: str
     n: int
     params: tuple[tuple[str, object], ...] = ()
+    runtime: tuple[tuple[str, object], ...] = ()
 
 
 #: The capacity run's configuration.
@@ -52,11 +55,17 @@ SC8 = Row("self-consistency", "self_consistency", 8)
 ROWS = (Row("vanilla", "self_consistency", 1),
         *(Row(m if m != "self_consistency" else "self-consistency", m, n)
           for n in (4, 8) for m in ("self_consistency", "best_of_n", "sart")))
-#: SART Fig. 6's rows at N = 8 (M = N: no early stop; pruning off: no pruning).
+#: The rows the real backend runs (the issue's minimum on 2 CPU cores: N = 8, SART and
+#: self-consistency).
+REAL_ROWS = ("self_consistency", "sart")
+#: SART Fig. 6's rows at N = 8 (M = N: no early stop; pruning off: no pruning), and SART with
+#: its PRM rescoring whole paths at every check (incremental verification off).
 ABLATION = (Row("self-consistency", "self_consistency", 8),
             Row("early stopping alone", "sart", 8, (("sart_prune", False),)),
             Row("pruning alone", "sart", 8, (("sart_m", 8),)),
-            Row("sart", "sart", 8))
+            Row("sart", "sart", 8),
+            Row("sart, whole-path PRM", "sart", 8,
+                runtime=(("incremental_verification", False),)))
 
 
 @dataclass(frozen=True)
@@ -139,6 +148,8 @@ def run(store: RowStore, backend, rows, sizes: Sizes, progress,
                         "rate_name": name, "rate": rate, **latency_row(recs), **totals,
                         "wall_s": time.monotonic() - t0}
                 store.append(key, done, recs)
+                print(f"{key}: {done['requests']} requests, P97 {done['p97_s']:.1f} s, "
+                      f"{done['wall_s']:.0f} s wall", file=sys.stderr, flush=True)
             out.append(done)
     return cap_row, out
 
@@ -208,6 +219,8 @@ def main(args, rows, recipe: str) -> int:
         cap, result = run(store, SimBackend(sim_questions(), make_search, args.seed), rows,
                           sizes, _progress, rates)
     else:
+        rows = tuple(r for r in rows if r.n == 8 and r.method in REAL_ROWS and not r.params
+                     and not r.runtime)
         cap, result = _run_real(args, store, rows, sizes, make_search, rates, out)
     summary = store.write_summary({"capacity": cap, "rows": result})
     print(_table([cap, *result], "simulated" if args.backend == "sim" else "wall"))

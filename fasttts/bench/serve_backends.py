@@ -79,6 +79,9 @@ class SimBackend:
 
         search = self.make_search(row)
         cfg = (self.make_config or sim_run_config)(search)
+        if row.runtime:
+            cfg = cfg.model_copy(update={"runtime": cfg.runtime.model_copy(
+                update=dict(row.runtime))})
         with FastTTS(cfg) as tts:
             for p in self.problems:
                 tts.set_reference(p.problem, p.answer)
