@@ -140,3 +140,27 @@ def test_plan_never_says_1_00x_faster_beside_another_split(capsys):
             "B_dec 64 and keep every prefix, so the planned split only places spare memory "
             "differently") in text
     assert "offload inactive KV: no, offloading would take" in text
+
+
+def test_solve_shows_the_path_that_gave_the_answer_not_the_top_scored_one(monkeypatch, capsys):
+    # weighted vote: 7 (0.6 + 0.5) beats 12 (0.9), so the answer's path is the 2nd by score
+    import fasttts.backends.sim as sim
+    from tests.scripted import ScriptedGenerator, ScriptedVerifier
+
+    script = {1: "So \\boxed{12}<eos>", 2: "It is \\boxed{7}<eos>", 3: "Then \\boxed{7}<eos>"}
+    scores = {"So \\boxed{12}": 0.9, "It is \\boxed{7}": 0.6, "Then \\boxed{7}": 0.5}
+
+    def build(_cfg):
+        gen = ScriptedGenerator(script)
+        return gen, ScriptedVerifier(scores, gen)
+
+    monkeypatch.setattr(sim, "build_sim", build)
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["solve", "What is 3+4?", "--backend", "sim", "--method", "best_of_n",
+                 "--n", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "the path that gave the answer" in out
+    assert ("PRM-weighted vote: the best of the 2 of 3 completions answering 7; score 0.600, "
+            "2nd of 3 by score") in out
+    assert "It is \\boxed{7}" in out and "So \\boxed{12}" not in out
+    assert "answer (PRM-weighted vote): 7" in out

@@ -240,7 +240,9 @@ def check_models(cfg) -> None:
 
     Raises:
         ValueError: an unknown model or spec, missing packages of an embedded model, a
-            simulated configuration that does not fit (`fasttts.engines.check_sim_engines`).
+            simulated configuration that does not fit (`fasttts.engines.check_sim_engines`),
+            a tensor-parallel size the machine or model cannot run
+            (`fasttts.backends.vllm_engine.check_engine`).
     """
     from fasttts.models import EMBEDDED_MODELS, resolve_model
     from fasttts.verifiers import MODEL_FREE_KINDS
@@ -257,3 +259,8 @@ def check_models(cfg) -> None:
             EMBEDDED_MODELS[model].part_paths()  # raises if the packages are missing
         else:
             resolve_model(model)
+    for engine in (cfg.generator, *(() if free else (cfg.verifier.engine,))):
+        if engine.tensor_parallel_size > 1:
+            from fasttts.backends.vllm_engine import check_engine
+
+            check_engine(engine)  # more ranks than cores or GPUs, heads it does not divide
