@@ -17,6 +17,7 @@ from fasttts.backends.base import CacheStats
 from fasttts.backends.parallel import check_tensor_parallel, cpu_thread_binding
 from fasttts.config import EngineConfig
 from fasttts.models import ModelLoadError, resolve_model
+from fasttts.progress import on_terminal
 
 __all__ = ["INCREMENTAL_CPU_BLOCK_SIZE", "build_engine", "check_engine", "configure_vllm_env",
            "count_prefix_cache", "cpu_batched_tokens", "engine_block_pool", "engine_block_size",
@@ -223,6 +224,8 @@ def build_engine(cfg: EngineConfig, **overrides: Any):
         scheduling_policy="priority",
         disable_log_stats=False,
         tensor_parallel_size=cfg.tensor_parallel_size,
+        # vLLM's weight-loading bar redraws with carriage returns: a terminal's only
+        use_tqdm_on_load=on_terminal(sys.stderr),
     )
     if block_size is not None:
         kwargs["block_size"] = block_size
