@@ -75,22 +75,46 @@ def test_real_engines_record_what_auto_resolved_to():
     assert one["generator"]["dtype"] == "float32" and one["verifier"] is None
 
 
-def test_the_store_keeps_the_platform_and_refuses_a_run_that_resolved_otherwise(tmp_path):
-    store = ResultStore(tmp_path, {"config": {"n": 8}, "platform": CPU_RUN})
+def test_the_store_keeps_the_platform_and_refuses_to_run_on_another(tmp_path):
+    store = ResultStore(tmp_path, {"config": {"n": 8}}, platform=CPU_RUN)
+    store.check_platform()  # a new folder: nothing to compare
     store.append({"id": "a", **_record()})
     assert json.loads((tmp_path / "config.json").read_text())["platform"] == CPU_RUN
-    ResultStore(tmp_path, {"config": {"n": 8}, "platform": CPU_RUN})  # same host: continues
+    ResultStore(tmp_path, {"config": {"n": 8}}, platform=CPU_RUN).check_platform()  # same host
     fp32 = {**CPU_RUN, "generator": {**CPU_RUN["generator"], "dtype": "float32"}}
-    with pytest.raises(OutputDirError, match=r"platform\.generator\.dtype: 'bfloat16' -> "
-                                             r"'float32'"):
-        ResultStore(tmp_path, {"config": {"n": 8}, "platform": fp32})
+    other = ResultStore(tmp_path, {"config": {"n": 8}}, platform=fp32)  # opens: prints anywhere
+    assert other.recorded_platform == CPU_RUN and other.done_ids == {"a"}
+    with pytest.raises(OutputDirError, match=r"holds results of another platform \(platform\."
+                                             r"generator\.dtype: 'bfloat16' -> 'float32'\)"):
+        other.check_platform()
+    with pytest.raises(OutputDirError, match=r"another configuration \(config\.n: 8 -> 4\)"):
+        ResultStore(tmp_path, {"config": {"n": 4}}, platform=CPU_RUN)
 
 
 def test_a_folder_from_before_the_platform_was_recorded_still_continues(tmp_path):
     ResultStore(tmp_path, {"config": {"n": 8}}).append({"id": "a", **_record()})
-    store = ResultStore(tmp_path, {"config": {"n": 8}, "platform": CPU_RUN})
-    assert store.done_ids == {"a"}
+    store = ResultStore(tmp_path, {"config": {"n": 8}}, platform=CPU_RUN)
+    store.check_platform()
+    assert store.done_ids == {"a"} and store.recorded_platform is None
     assert "platform" not in json.loads((tmp_path / "config.json").read_text())
+
+
+def test_eval_refuses_to_add_problems_run_on_another_platform(tmp_path, capsys):
+    run = tmp_path / "run"
+    argv = ["eval", "--dataset", "gsm8k", "--limit", "1", "--backend", "sim", "--n", "4",
+            "--beam-width", "2", "--output-dir", str(run)]
+    assert main(argv) == 0
+    config = json.loads((run / "config.json").read_text())
+    config["platform"]["device"] = "simulated h200"  # as if run elsewhere
+    (run / "config.json").write_text(json.dumps(config))
+    capsys.readouterr()
+    assert main(argv) == 0  # nothing to run: its table prints
+    assert "simulated h200 (virtual clock)" in capsys.readouterr().out
+    before = (run / "results.jsonl").read_bytes()
+    assert main(argv[:4] + ["2"] + argv[5:]) == 2  # a problem to add: refused, nothing written
+    assert "holds results of another platform (platform.device: 'simulated h200' -> " \
+           "'simulated rtx4090')" in capsys.readouterr().err
+    assert (run / "results.jsonl").read_bytes() == before
 
 
 def test_eval_writes_the_platform_and_shows_it_in_the_table_header(tmp_path, capsys,

@@ -32,10 +32,9 @@ def add_parser(sub, parents: list) -> None:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from fasttts.eval.datasets import load_dataset
-    from fasttts.eval.runner import PLATFORM_KEY, ResultStore
-
     from fasttts.engines.platform_info import run_platform
+    from fasttts.eval.datasets import load_dataset
+    from fasttts.eval.runner import ResultStore
 
     cfg = run_config(args)
     problems = load_dataset(args.dataset, limit=args.limit, offset=args.offset)
@@ -45,16 +44,18 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     check_models(cfg)
     store = ResultStore(args.output_dir, {
         "dataset": args.dataset, "offset": args.offset, "config": cfg.model_dump(mode="json"),
-        PLATFORM_KEY: run_platform(cfg),
-    } | ({"single_sample_baseline": GREEDY_BASELINE} if args.single_sample_baseline else {}))
+    } | ({"single_sample_baseline": GREEDY_BASELINE} if args.single_sample_baseline else {}),
+        platform=run_platform(cfg))
     todo = [p for p in problems if p.id not in store.done_ids]
+    if todo:
+        store.check_platform()
     if len(todo) < len(problems):
         print(f"skipped {len(problems) - len(todo)} finished problems (already in "
               f"{store.results}); {len(todo)} to run", file=sys.stderr)
     summary = (_run(args, cfg, problems, todo, store) if todo
                else store.summary_of({p.id for p in problems}))
     if summary:
-        print_summary(summary, args, cfg.sim.hardware, store.config.get(PLATFORM_KEY))
+        print_summary(summary, args, cfg.sim.hardware, store.recorded_platform)
     return 0
 
 

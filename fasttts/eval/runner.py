@@ -98,22 +98,27 @@ class ResultStore:
 
     Args:
         output_dir: the folder (created if missing).
-        config: the JSON-serialisable run configuration (incl. dataset and, under
-            `PLATFORM_KEY`, what it runs on: `fasttts.engines.platform_info.run_platform`);
-            must equal the `config.json` of an existing folder, whose results it would join
-            (a folder written before fasttts recorded the platform is compared without it).
+        config: the JSON-serialisable run configuration (incl. dataset); must equal the
+            `config.json` of an existing folder (its `PLATFORM_KEY` entry aside).
+        platform: what this run runs on (`fasttts.engines.platform_info.run_platform`),
+            written to config.json under `PLATFORM_KEY`; an existing folder's is compared only
+            before problems are run into it (`check_platform`), so a finished folder's summary
+            prints anywhere.
 
     Raises:
         OutputDirError: the folder's config differs (names the differing keys), or the path is
             a file.
     """
 
-    def __init__(self, output_dir: str | os.PathLike, config: dict):
+    def __init__(self, output_dir: str | os.PathLike, config: dict, platform: dict | None = None):
         if not str(output_dir).strip():
             raise OutputDirError("output dir is empty: give the folder to write results to")
         self.dir = Path(output_dir)
         self.results = self.dir / "results.jsonl"
-        self.config = json.loads(json.dumps(config))
+        self.config = json.loads(json.dumps(config | ({PLATFORM_KEY: platform} if platform
+                                                      else {})))
+        #: The platform the folder's results ran on (config.json's; None: not recorded).
+        self.recorded_platform = platform
         try:
             if self.dir.exists() and not self.dir.is_dir():
                 raise OutputDirError(f"output dir {self.dir} exists and is not a folder")
@@ -124,17 +129,33 @@ class ResultStore:
             cfg_path = self.dir / "config.json"
             if cfg_path.exists():
                 old = json.loads(cfg_path.read_text(encoding="utf-8"))
-                new = (self.config if PLATFORM_KEY in old
-                       else {k: v for k, v in self.config.items() if k != PLATFORM_KEY})
-                diff = _differences(old, new)
-                if diff:
-                    raise OutputDirError(
-                        f"output dir {self.dir} holds results of another configuration "
-                        f"({'; '.join(diff)}); use a new --output-dir or the same settings"
-                    )
+                self.recorded_platform = old.pop(PLATFORM_KEY, None)
+                self._refuse("another configuration",
+                             _differences(old, {k: v for k, v in self.config.items()
+                                                if k != PLATFORM_KEY}))
             self.records = self._load()
         except OSError as e:
             raise OutputDirError(f"output dir {self.dir} cannot be used: {e}") from e
+
+    def _refuse(self, what: str, diff: list[str]) -> None:
+        if diff:
+            raise OutputDirError(f"output dir {self.dir} holds results of {what} "
+                                 f"({'; '.join(diff)}); use a new --output-dir or the same "
+                                 f"settings")
+
+    def check_platform(self) -> None:
+        """Before running problems into the folder: refuse if its results ran on another
+        platform (another resolved dtype, thread count, vLLM version, CPU or GPU), which would
+        mix numbers that cannot be compared. A folder written before fasttts recorded the
+        platform is accepted.
+
+        Raises:
+            OutputDirError: the platforms differ (names the differing keys).
+        """
+        now = self.config.get(PLATFORM_KEY)
+        if self.recorded_platform is not None and now is not None:
+            self._refuse("another platform", _differences(
+                {PLATFORM_KEY: self.recorded_platform}, {PLATFORM_KEY: now}))
 
     def _create(self) -> None:
         """Create the folder and its config.json on the first write, so a run that fails
