@@ -36,3 +36,21 @@ def test_the_in_process_example_prints_the_answer(monkeypatch):
         answer, correct = printed.getvalue().split()
         assert correct in ("True", "False")
         assert not answer.startswith("{")  # an answer, not the dict of every vote
+
+
+def test_the_quickstart_figures_are_printed_from_the_committed_run(capsys):
+    """Every number the README's "What it printed" paragraph states comes out of
+    `benchmarks/table.py` on the committed folder of that run."""
+    import runpy
+
+    readme = (ROOT / "README.md").read_text()
+    paragraph = readme.split("What it printed", 1)[1].split("On 4 problems", 1)[0]
+    folder = re.search(r"`(benchmarks/results/quickstart_\w+)/`", paragraph).group(1)
+    figures = re.findall(r"\d+\.\d+ (?:for|s)", paragraph)  # accuracies and latencies
+    assert len(figures) == 5
+    runpy.run_path(str(ROOT / "benchmarks" / "table.py"), run_name="not_main")["main"](
+        [str(ROOT / folder)])
+    row = capsys.readouterr().out.splitlines()[-1]
+    for figure in figures:
+        assert figure.split()[0] in row, figure
+    assert "generator bfloat16, 2 threads" in row and "bfloat16" in paragraph
