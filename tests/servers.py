@@ -46,7 +46,8 @@ class Server:
         self.proc = subprocess.Popen([sys.executable, "-m", "fasttts.cli", "serve", "--port",
                                       str(free_port()), *self.args], env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
         deadline = time.monotonic() + self.ready_s
         while not self.url:
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -62,11 +63,21 @@ class Server:
             if ready:
                 self.url = ready.group(1)
 
+    def count(self, text: str, want: int, timeout_s: float = 10) -> int:
+        """How many log lines hold `text`, waiting up to `timeout_s` for `want` of them (a
+        request's access-log line is written after its response is sent)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            got = sum(text in line for line in self.lines)
+            if got >= want or time.monotonic() > deadline:
+                return got
+            time.sleep(0.05)
+
     def stop(self, sig, timeout_s: float = 60) -> int:
         """Send `sig`, wait for the exit and the last log line; returns the exit code."""
         self.proc.send_signal(sig)
         code = self.proc.wait(timeout=timeout_s)
-        time.sleep(0.2)  # the reader thread takes the last lines
+        self.reader.join(timeout=10)  # it ends at the end of the server's stderr
         return code
 
     def __exit__(self, *exc) -> None:
