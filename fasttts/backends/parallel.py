@@ -139,7 +139,7 @@ def check_tensor_parallel(tensor_parallel_size: int, num_threads: int, model_dir
             raise ValueError(
                 f"--tensor-parallel-size {tp}: each rank of vLLM's CPU build needs a core of "
                 f"its own, and this run has {usable} ({cores} cores, {num_threads} engine "
-                f"threads: --threads); give at most {usable}")
+                f"thread{'' if num_threads == 1 else 's'}: --threads); give at most {usable}")
     elif tp > num_gpus:
         raise ValueError(f"--tensor-parallel-size {tp}: each rank needs a GPU of its own and "
                          f"{num_gpus} are visible; give at most {num_gpus}")
