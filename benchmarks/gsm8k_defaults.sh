@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Measures what the README's "Default models" section and the main-job closing note report:
-# 20 GSM8K problems, the same seeds, with the embedded models.
+# Measures the generator comparison of docs/models.md ("Default models"): 20 GSM8K problems,
+# the same seeds, with the embedded models and the zero-shot judge as the verifier.
 #   greedy (n=1, temperature 0) with the 0.5B and the 1.5B generator,
 #   best-of-N n=8 judged by the 0.5B and by the 1.5B judge (same generator samples),
 #   beam search n=8, beam_width 4.
@@ -11,8 +11,9 @@ limit=${2:-20}
 s=qwen2.5-coder-0.5b-instruct
 l=qwen2.5-coder-1.5b-instruct
 run() { name=$1; shift; echo "== $name"; fasttts eval --dataset gsm8k --limit "$limit" --output-dir "$out/$name" "$@"; }
-run greedy-0.5b --method best_of_n --n 1 --temperature 0 --generator $s --verifier $s
-run greedy-1.5b --method best_of_n --n 1 --temperature 0 --generator $l --verifier $s
-run bon8-judge0.5b --method best_of_n --n 8 --generator $s --verifier $s
-run bon8-judge1.5b --method best_of_n --n 8 --generator $s --verifier $l
-run beam8-judge0.5b --method beam_search --n 8 --beam-width 4 --generator $s --verifier $s
+j="--verifier-kind judge"
+run greedy-0.5b --method best_of_n --n 1 --temperature 0 --generator $s --verifier $s $j
+run greedy-1.5b --method best_of_n --n 1 --temperature 0 --generator $l --verifier $s $j
+run bon8-judge0.5b --method best_of_n --n 8 --generator $s --verifier $s $j
+run bon8-judge1.5b --method best_of_n --n 8 --generator $s --verifier $l $j
+run beam8-judge0.5b --method beam_search --n 8 --beam-width 4 --generator $s --verifier $s $j

@@ -18,19 +18,34 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 __all__ = ["AggStrategy", "VerifierKind", "EngineConfig", "RunConfig", "RuntimeConfig", "SearchConfig", "SimConfig",
            "VerifierConfig", "add_runtime_defaults", "add_search_check",
-           "DEFAULT_GENERATOR", "DEFAULT_VERIFIER", "SIM_GENERATOR", "SIM_VERIFIER"]
+           "DATA_PARALLEL_HELP", "DEFAULT_GENERATOR", "DEFAULT_VERIFIER", "REAL_ENGINE_FIELDS",
+           "SIM_GENERATOR", "SIM_VERIFIER", "sim_refuses"]
 
 AggStrategy = Literal["last", "min", "prod", "mean"]
 #: The verifiers' scoring formats (`fasttts.verifiers.VERIFIER_KINDS`, one class each);
 #: `VerifierConfig.kind` also takes "auto" (from the model's name).
 VerifierKind = Literal["judge", "math-shepherd", "qwen-prm", "skywork", "ovm", "confidence"]
 
-#: The embedded defaults (chosen by measured accuracy and speed; README "Default models").
+#: The embedded defaults (chosen by measured accuracy and speed; docs/models.md).
 DEFAULT_GENERATOR = "qwen2.5-coder-0.5b-instruct"
 #: The verifier: the OVM head trained on the default generator's own rollouts (`fasttts prm
-#: train`); on 7 GSM8K test problems x 8 samples it ranked correct above incorrect completions
-#: 0.62 of pairs vs the zero-shot judge's 0.45, at less verifier time (docs/verifiers.md).
+#: train`); on 200 GSM8K test problems x 8 samples it ranked a correct above an incorrect
+#: completion in 0.703 of pairs, the zero-shot judge in 0.49-0.53 (docs/verifiers.md).
 DEFAULT_VERIFIER = "qwen2.5-coder-0.5b-instruct-ovm"
+
+#: How to scale out instead of data parallelism, which fasttts refuses
+#: (`fasttts.backends.parallel.check_data_parallel`, `EngineConfig.extra_engine_args`).
+DATA_PARALLEL_HELP = (
+    "fasttts drives one in-process vLLM engine per model (LLMEngine), which runs no "
+    "data-parallel replicas; requests are independent, so scale out with independent "
+    "`fasttts serve` replicas (one per GPU or group of cores, each on its own --port) behind "
+    "any HTTP load balancer (docs/serving.md, \"Scaling out\"); --tensor-parallel-size shards "
+    "one engine over several devices")
+
+#: The `EngineConfig` fields that only real engines use: the simulator prices the model specs'
+#: dtype on a simulated device, without CPU threads or ranks (`RunConfig` refuses them there).
+REAL_ENGINE_FIELDS = {"dtype": "--dtype", "num_threads": "--threads",
+                      "tensor_parallel_size": "--tensor-parallel-size"}
 #: The simulator's defaults: the FastTTS paper's 1.5B generator + 7B PRM pair (model specs).
 SIM_GENERATOR = "qwen2.5-math-1.5b"
 SIM_VERIFIER = "math-shepherd-7b"
@@ -95,11 +110,16 @@ class EngineConfig(_Strict):
         max_model_len: context limit in tokens (prompt + generated).
         enforce_eager: disable graph capture; None = True on CPU (torch.compile does not cache
             on the CPU build), False on GPU.
-        num_threads: CPU threads of the engine (CPU build only); default every core this
+        num_threads: CPU threads of the engine (CPU build only), split evenly over its
+            tensor-parallel ranks, each bound to cores of its own; default every core this
             process may use: the generator and verifier of one process run one at a time.
         seed: engine seed (per-sequence seeds are set by the search).
-        tensor_parallel_size: vLLM tensor parallelism, passed through unchanged.
-        extra_engine_args: any other `vllm.EngineArgs` fields, passed through unchanged.
+        tensor_parallel_size: vLLM tensor parallelism: ranks each layer's heads are sharded
+            over, one per GPU, or on the CPU build one per group of cores (all-reduced through
+            shared memory); it must divide the model's attention heads and be at most the GPUs
+            or threads (`fasttts.backends.parallel`).
+        extra_engine_args: any other `vllm.EngineArgs` fields, passed through unchanged
+            (data_parallel_size above 1 is refused: `DATA_PARALLEL_HELP`).
     """
 
     model: str
@@ -113,18 +133,29 @@ class EngineConfig(_Strict):
     tensor_parallel_size: int = Field(default=1, gt=0)
     extra_engine_args: dict = Field(default_factory=dict)
 
+    @field_validator("extra_engine_args")
+    @classmethod
+    def _no_replicas(cls, v: dict) -> dict:
+        if "tensor_parallel_size" in v:
+            raise ValueError("set tensor_parallel_size itself (--tensor-parallel-size), not in "
+                             "extra_engine_args")
+        dp = v.get("data_parallel_size", 1)
+        if not isinstance(dp, int) or dp > 1:
+            raise ValueError(f"data_parallel_size {dp!r}: {DATA_PARALLEL_HELP}")
+        return v
+
 
 class VerifierConfig(_Strict):
     """Which PRM scores the steps and how its step scores are combined.
 
     Attributes:
-        kind: scoring format: "judge" (zero-shot judge from an instruct model, the embedded
-            default), "math-shepherd" (`+`/`-` logits at a step tag), "qwen-prm"
+        kind: scoring format: "judge" (zero-shot judge from an instruct model), "math-shepherd" (`+`/`-` logits at a step tag), "qwen-prm"
             (Qwen2.5-Math-PRM, `<extra_0>` separators), "skywork" (value-head PRM via
-            transformers), "ovm" (a trained step-end head, `fasttts prm train`),
+            transformers), "ovm" (a trained step-end head, `fasttts prm train`; the default
+            verifier is one),
             "confidence" (the generator's own token log-probabilities: no verifier model,
-            `engine` is unused), or "auto" (from the model's name: judge for embedded
-            instruct models). The one list of kinds (`fasttts.verifiers.VERIFIER_KINDS`).
+            `engine` is unused), or "auto" (from the model's name: ovm for a trained head,
+            judge for embedded instruct models). The one list of kinds (`fasttts.verifiers.VERIFIER_KINDS`).
         engine: the verifier's engine (unused by "confidence").
         agg_strategy: step-score aggregation: how a path's step scores become one score
             (`last|min|prod|mean`).
@@ -164,7 +195,9 @@ class SearchConfig(_Strict):
         max_tokens: most tokens one path may generate (tokens; the default fits the embedded
             generator's solutions).
         step_delimiter: text that ends a step, shared by generator and verifier.
-        seed: base seed; per-sequence seeds derive from (seed, problem, iteration, beam).
+        seed: base seed; per-sequence seeds derive from (seed, problem, parent path, branch)
+            (`fasttts.runtime.generation.beam_seed`), so they do not depend on the order or
+            batch the engine runs them in.
         system_prompt: system message of the generator's chat prompt.
         lookahead: search-and-learn's greedy lookahead k: a new step is scored after k more
             greedy (temperature 0) steps from it (steps; 0 = off), for the methods that select
@@ -361,3 +394,27 @@ class RunConfig(_Strict):
         if unset:
             object.__setattr__(self, "runtime", self.runtime.model_copy(update=unset))
         return self
+
+    @model_validator(mode="after")
+    def _real_engine_fields(self) -> RunConfig:
+        """The simulator refuses the engine settings it would ignore (`REAL_ENGINE_FIELDS`) when
+        they differ from their defaults (the command line refuses them whenever given), as
+        real engines refuse the simulated device's (`fasttts.cli.run_options`)."""
+        if self.backend != "sim":
+            return self
+        given = [name for name in REAL_ENGINE_FIELDS
+                 for engine in (self.generator, self.verifier.engine)
+                 if getattr(engine, name) != EngineConfig.model_fields[name].get_default(
+                     call_default_factory=True)]
+        if given:
+            raise ValueError(sim_refuses(list(dict.fromkeys(given))))
+        return self
+
+
+def sim_refuses(fields: list[str]) -> str:
+    """The error for `REAL_ENGINE_FIELDS` given with the simulator (one line, naming flags)."""
+    flags = ", ".join(REAL_ENGINE_FIELDS[name] for name in fields)
+    many = len(fields) > 1
+    return (f"{flags} {'apply' if many else 'applies'} to real vLLM engines (--backend vllm) "
+            f"only: the simulator prices the model specs' dtype on its simulated device, with "
+            f"no CPU threads or ranks; drop {'them' if many else 'it'} with --backend sim")

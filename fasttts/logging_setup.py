@@ -9,7 +9,9 @@ is built. By default ("quiet") it hides what a user cannot act on:
   include CPU backend");
 - torch's C++ warnings (`TORCH_CPP_LOG_LEVEL`: the CPU build's "NUMA binding" notes);
 - transformers' GGUF dtype hint while `fasttts models prepare` converts a model;
-- Python FutureWarnings and DeprecationWarnings from library internals.
+- Python FutureWarnings and DeprecationWarnings from library internals (also in vLLM's
+  tensor-parallel rank processes, through `PYTHONWARNINGS`);
+- vLLM's weight-loading bar when stderr is not a terminal (`fasttts.backends.vllm_engine`).
 
 Errors are never hidden: every filter lets ERROR and above through, and a library's own
 exceptions propagate as before. `FASTTTS_LOG_LEVEL=warning|info|debug` (or `-v`, `-vv` on the
@@ -81,6 +83,8 @@ def configure(verbose: int = 0) -> str:
     # vLLM logs a few lines before it sets up its own logging; its logger's level covers them.
     logging.getLogger("vllm").setLevel(os.environ["VLLM_LOGGING_LEVEL"].upper())
     _set_harmless_filters(quiet)
+    # vLLM's tensor-parallel ranks are new processes: they inherit the environment only
+    _set_env("PYTHONWARNINGS", "ignore::FutureWarning,ignore::DeprecationWarning" if quiet else "")
     for category in (FutureWarning, DeprecationWarning):
         # Deprecation notices from torch/vLLM/transformers internals: not the user's to act on.
         entry = ("ignore", None, category, None, 0)

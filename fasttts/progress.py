@@ -1,11 +1,20 @@
-"""Progress within one problem's search: what the loop reports each iteration, and a status
-line that shows it (`fasttts solve`, `fasttts eval`).
+"""Progress of a search and of an evaluation: what the loop reports each iteration, the status
+line that shows it (`fasttts solve`, `fasttts eval`), and the problems bar of `fasttts eval`.
 
 A search can run for minutes on a CPU; `SearchRunner.run(..., on_progress=callback)` calls the
 callback once per iteration with an `IterationProgress`, and `SearchStatus` turns those into a
 tqdm status line under the problems bar:
 
-    problem test/algebra/1234: iteration 3/40, live 4, finished 2, 1180 tokens, 41 s
+    problem test/algebra/1234: iteration 3/40, live 4, completions 2, 1180 tokens, 41 s
+
+A method may finish more paths than it returns (beam search refills its n live paths every
+iteration, so completions accumulate past n, as in search-and-learn; the best n are kept):
+the line then counts what the method keeps and says how many paths finished,
+"completions 8 (best of 11 finished paths)", the number the summary table reports.
+
+On a terminal the bars redraw in place; anywhere else (a log file, a pipe) they would write
+carriage returns and cursor codes, so `EvalProgress` writes one plain line per finished
+problem instead, and `SearchStatus` writes nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +22,15 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-__all__ = ["IterationProgress", "SearchStatus"]
+__all__ = ["EvalProgress", "IterationProgress", "SearchStatus", "on_terminal"]
+
+
+def on_terminal(stream) -> bool:
+    """Whether `stream` is a terminal (bars may redraw in place there)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
 
 
 @dataclass(frozen=True)
@@ -26,9 +43,11 @@ class IterationProgress:
         max_iterations: the method's iteration budget (the search may stop sooner).
         live: paths still unfinished after this iteration's generation (before the method
             keeps the best of them).
-        finished: paths completed so far.
+        finished: paths completed so far, the ones the method will drop included.
         tokens: tokens generated so far, pruned paths included.
         elapsed_s: search time so far on the backend's clock (s; virtual on the simulator).
+        completions: of the finished paths, those the method keeps so far (at most n:
+            `SearchStrategy.num_kept`); None = all of them.
     """
 
     problem_id: str
@@ -38,10 +57,14 @@ class IterationProgress:
     finished: int
     tokens: int
     elapsed_s: float = 0.0
+    completions: int | None = None
 
     def describe(self) -> str:
-        """One line: "live 4, finished 2, 1180 tokens, 41 s"."""
-        return (f"live {self.live}, finished {self.finished}, {self.tokens} tokens, "
+        """One line: "live 4, completions 2, 1180 tokens, 41 s", or with more paths finished
+        than kept "live 8, completions 8 (best of 11 finished paths), 7245 tokens, 22 s"."""
+        kept = self.finished if self.completions is None else self.completions
+        extra = f" (best of {self.finished} finished paths)" if self.finished > kept else ""
+        return (f"live {self.live}, completions {kept}{extra}, {self.tokens} tokens, "
                 f"{self.elapsed_s:.0f} s")
 
 
@@ -54,14 +77,16 @@ class SearchStatus:
         position: the line's tqdm position (1: under a problems bar).
         label: the line's label (default: "problem <id>").
         file: where to write (default: stderr).
-        disable: no output at all.
+        disable: no output at all; None = none unless `file` is a terminal (a status line
+            that redraws in place has no plain form).
     """
 
     BAR_FORMAT = "{desc}: iteration {n}/{total}{postfix}"
 
     def __init__(self, position: int = 0, label: str | None = None, file=None,
-                 disable: bool = False):
-        self.position, self.label, self.file, self.disable = position, label, file, disable
+                 disable: bool | None = None):
+        self.position, self.label, self.file = position, label, file
+        self.disable = not on_terminal(file or sys.stderr) if disable is None else disable
         self.bar = None
         self.key = None
 
@@ -98,3 +123,55 @@ class SearchStatus:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class EvalProgress:
+    """The progress of `fasttts eval` (module docstring): on a terminal, a problems bar with
+    the running accuracy and, under it, the searching problem's `SearchStatus`; elsewhere one
+    plain line per finished problem. Pass it as the search's `on_progress` callback and to
+    `fasttts.eval.runner.run_eval`; `close` (or the context manager) ends the status line
+    before the bar, so what is printed next starts on a line of its own.
+
+    Args:
+        total: the problems of the evaluation.
+        done: those finished before this run.
+        file: where to write (default: stderr).
+        interactive: bars (True) or plain lines (False); None = bars on a terminal.
+    """
+
+    def __init__(self, total: int, done: int = 0, file=None, interactive: bool | None = None):
+        from tqdm import tqdm
+
+        self.file = file or sys.stderr
+        self.interactive = on_terminal(self.file) if interactive is None else interactive
+        self.total, self.done = total, done
+        self.status = SearchStatus(position=1, file=self.file, disable=not self.interactive)
+        self.bar = tqdm(total=total, initial=done, desc="problems", unit="problem",
+                        file=self.file, disable=not self.interactive)
+
+    def __call__(self, p: IterationProgress) -> None:
+        self.status(p)
+
+    def problem_done(self, line: str, accuracy: dict | None) -> None:
+        """One problem finished: its plain `line` (written only when not interactive,
+        `fasttts.eval.runner.problem_line`) and the running accuracy (the summary's; None
+        without reference answers)."""
+        self.done += 1
+        self.bar.update(1)
+        if accuracy:
+            self.bar.set_postfix(weighted=f"{accuracy['weighted']:.2f}",
+                                 majority=f"{accuracy['majority']:.2f}")
+        if not self.interactive:
+            print(f"problem {self.done}/{self.total} {line}", file=self.file, flush=True)
+
+    def close(self) -> None:
+        """End the status line, then the bar."""
+        self.status.close()
+        self.bar.close()
+
+    def __enter__(self) -> EvalProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+

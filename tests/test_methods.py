@@ -67,6 +67,24 @@ def test_dvts_marks_paths_cut_by_the_token_budget():
     assert one[0].beam_id == 1 and one[0].finish_reason == "length" and one[0].finished
 
 
+# ---- best-of-N ------------------------------------------------------------------------------
+# n=2 samples of two steps each, generated to the end in one iteration: sample A (beam 1) scores
+# 0.3 then 0.9, sample B (beam 2) 0.6 then 0.7. "last" ranks A first (0.9 > 0.7), "min",
+# "prod" and "mean" rank B first.
+BON_AGG_SCRIPT = {1: "A1\n\nA2 \\boxed{1}<eos>", 2: "B1\n\nB2 \\boxed{2}<eos>"}
+BON_AGG_SCORES = {"A1": 0.3, "B1": 0.6, "A2 \\boxed{1}": 0.9, "B2 \\boxed{2}": 0.7}
+
+
+@pytest.mark.parametrize("agg, ranked", [("last", [(1, 0.9), (2, 0.7)]),
+                                         ("min", [(2, 0.6), (1, 0.3)]),
+                                         ("prod", [(2, 0.42), (1, 0.27)]),
+                                         ("mean", [(2, 0.65), (1, 0.6)])])
+def test_best_of_n_agg_strategy_ranks_the_samples(agg, ranked):
+    res, _, _, _ = run(BON_AGG_SCRIPT, BON_AGG_SCORES, agg, method="best_of_n", n=2, beam_width=1,
+                       num_iterations=3)
+    assert [(b.beam_id, round(b.score, 6)) for b in res.completions] == ranked
+
+
 # ---- VG-search ----------------------------------------------------------------------------
 # the beam-search scenario of tests/test_search.py
 from tests.test_search import SCORES, SCRIPT  # noqa: E402

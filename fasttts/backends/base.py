@@ -234,12 +234,16 @@ class Verifier(ABC):
         needs_logprobs: the verifier reads the generator's token log-probabilities
             (`ScoreRequest.step_logprobs`): the runtime then asks the generator for them
             (`GenerationParams.logprobs`) and fills the requests. A class fact.
+        runs_on: what runs the verifier's model: "vllm" (an engine built from its
+            `EngineConfig`), "transformers", or None (no model). A class fact, reported with
+            the run (`fasttts.engines.platform_info`).
     """
 
     name: str = "verifier"
     supports_incremental: bool = False
     incremental: bool = False
     needs_logprobs: bool = False
+    runs_on: str | None = "vllm"
 
     @abstractmethod
     def score(self, requests: list[ScoreRequest]) -> list[list[float]]:

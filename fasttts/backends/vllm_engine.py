@@ -9,33 +9,55 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import weakref
 from typing import Any
 
 from fasttts.backends.base import CacheStats
+from fasttts.backends.parallel import check_tensor_parallel, cpu_thread_binding
 from fasttts.config import EngineConfig
 from fasttts.models import ModelLoadError, resolve_model
+from fasttts.progress import on_terminal
 
-__all__ = ["INCREMENTAL_CPU_BLOCK_SIZE", "build_engine", "configure_vllm_env",
+__all__ = ["INCREMENTAL_CPU_BLOCK_SIZE", "build_engine", "check_engine", "configure_vllm_env",
            "count_prefix_cache", "cpu_batched_tokens", "engine_block_pool", "engine_block_size",
-           "engine_cache_stats", "engine_counters", "engine_scheduler", "incremental_engine_config",
-           "min_kv_cache_tokens", "resolve_dtype", "run_batch", "shutdown_engine"]
+           "engine_cache_stats", "engine_platform", "engine_counters", "engine_scheduler", "incremental_engine_config",
+           "min_kv_cache_tokens", "resolve_dtype", "run_batch", "shutdown_engine", "visible_gpus"]
 
 #: CPU flags (Linux /proc/cpuinfo names) under which oneDNN runs bf16 matmuls natively.
 _BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
-def configure_vllm_env(num_threads: int) -> None:
-    """Set the process environment vLLM reads at import: in-process engine core, thread count.
+#: The `VLLM_CPU_OMP_THREADS_BIND` value fasttts set last (None: not set by fasttts).
+_OUR_BIND: list[str | None] = [None]
+
+
+def configure_vllm_env(num_threads: int, tensor_parallel_size: int = 1) -> None:
+    """Set the process environment vLLM reads: in-process engine core, thread count, and the
+    cores of each tensor-parallel rank.
 
     In-process engines (no engine-core subprocess) start in seconds and let the runtime read the
     scheduler's KV-cache state directly. `OMP_NUM_THREADS` is set only if the user has not set
     it. Must run before vLLM/torch create their thread pools (`build_engine` calls it first).
+    With tensor parallelism, `VLLM_CPU_OMP_THREADS_BIND` gets one group of cores per rank
+    (`fasttts.backends.parallel.cpu_thread_binding`) unless the user set it; vLLM reads it
+    when it starts the rank processes, so each engine gets its own (the env cache an earlier
+    engine froze is cleared first).
     """
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("OMP_NUM_THREADS", str(num_threads))
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    user_bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", _OUR_BIND[0]) != _OUR_BIND[0]
+    if tensor_parallel_size > 1 and not user_bind:
+        try:  # read by the CPU build only; a GPU run may have fewer cores than ranks
+            bind = cpu_thread_binding(num_threads, tensor_parallel_size)
+        except ValueError:
+            return  # `check_tensor_parallel` reports it on the CPU build
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = _OUR_BIND[0] = bind
+        envs = sys.modules.get("vllm.envs")  # an earlier engine froze vLLM's env cache
+        if envs is not None and hasattr(envs, "disable_envs_cache"):
+            envs.disable_envs_cache()
 
 
 def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
@@ -84,6 +106,40 @@ def resolve_dtype(dtype: str, is_cpu: bool | None = None) -> str:
     if not is_cpu:
         return "auto"
     return "bfloat16" if cpu_has_bf16() else "float32"
+
+
+def engine_platform(cfg: EngineConfig):
+    """vLLM's `current_platform`, imported after the environment an engine of `cfg` needs is
+    set (`configure_vllm_env`: vLLM and torch read it when they load)."""
+    configure_vllm_env(cfg.num_threads, cfg.tensor_parallel_size)
+    from vllm.platforms import current_platform
+
+    return current_platform
+
+
+def check_engine(cfg: EngineConfig) -> bool:
+    """Check, before any engine starts, that vLLM can shard `cfg`'s model as asked
+    (`fasttts.backends.parallel.check_tensor_parallel`); returns whether this is vLLM's CPU
+    build.
+
+    Raises:
+        ValueError: a tensor-parallel size that cannot run (one line saying what fits).
+        fasttts.models.ModelError: the model cannot be resolved.
+    """
+    is_cpu = engine_platform(cfg).is_cpu()
+    if cfg.tensor_parallel_size > 1:
+        check_tensor_parallel(cfg.tensor_parallel_size, cfg.num_threads,
+                              resolve_model(cfg.model), is_cpu, visible_gpus(is_cpu))
+    return is_cpu
+
+
+def visible_gpus(is_cpu: bool) -> int:
+    """GPUs this process sees (0 on vLLM's CPU build)."""
+    if is_cpu:
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
 
 
 def engine_block_size(cfg: EngineConfig) -> int:
@@ -145,20 +201,20 @@ def build_engine(cfg: EngineConfig, **overrides: Any):
 
     Raises:
         fasttts.models.ModelError: the model cannot be resolved.
+        ValueError: a tensor-parallel size the model or machine cannot run (`check_engine`).
         fasttts.models.ModelLoadError: vLLM could not build the engine (corrupt or unreadable
             files, unsupported architecture, too little memory); the message keeps the cause.
     """
-    configure_vllm_env(cfg.num_threads)
+    is_cpu = check_engine(cfg)
     from vllm import EngineArgs, LLMEngine
-    from vllm.platforms import current_platform
 
-    is_cpu = current_platform.is_cpu()
+    model = resolve_model(cfg.model)
     enforce_eager = cfg.enforce_eager if cfg.enforce_eager is not None else is_cpu
     block_size = engine_block_size(cfg) if cfg.block_size is not None or is_cpu else None
     if is_cpu and block_size % 32:
         raise ValueError(f"block_size={block_size}: vLLM's CPU attention needs a multiple of 32")
     kwargs: dict[str, Any] = dict(
-        model=resolve_model(cfg.model),
+        model=model,
         dtype=resolve_dtype(cfg.dtype, is_cpu),
         seed=cfg.seed,
         max_model_len=cfg.max_model_len,
@@ -168,6 +224,8 @@ def build_engine(cfg: EngineConfig, **overrides: Any):
         scheduling_policy="priority",
         disable_log_stats=False,
         tensor_parallel_size=cfg.tensor_parallel_size,
+        # vLLM's weight-loading bar redraws with carriage returns: a terminal's only
+        use_tqdm_on_load=on_terminal(sys.stderr),
     )
     if block_size is not None:
         kwargs["block_size"] = block_size

@@ -32,11 +32,9 @@ def add_parser(sub, parents: list) -> None:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from fasttts.api import FastTTS
-    from fasttts.eval.datasets import load_dataset, numeric_answers
-    from fasttts.eval.runner import ResultStore, run_eval
-
-    from fasttts.backends.sim.workload import problem_difficulty
+    from fasttts.engines.platform_info import run_platform
+    from fasttts.eval.datasets import load_dataset
+    from fasttts.eval.runner import ResultStore
 
     cfg = run_config(args)
     problems = load_dataset(args.dataset, limit=args.limit, offset=args.offset)
@@ -46,31 +44,42 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     check_models(cfg)
     store = ResultStore(args.output_dir, {
         "dataset": args.dataset, "offset": args.offset, "config": cfg.model_dump(mode="json"),
-    } | ({"single_sample_baseline": GREEDY_BASELINE} if args.single_sample_baseline else {}))
+    } | ({"single_sample_baseline": GREEDY_BASELINE} if args.single_sample_baseline else {}),
+        platform=run_platform(cfg))
     todo = [p for p in problems if p.id not in store.done_ids]
+    if todo:
+        store.check_platform()
     if len(todo) < len(problems):
         print(f"skipped {len(problems) - len(todo)} finished problems (already in "
               f"{store.results}); {len(todo)} to run", file=sys.stderr)
-    if todo:
-        from fasttts.progress import SearchStatus
-
-        with FastTTS(cfg) as tts, SearchStatus(position=1) as status:
-            for p in todo:  # every prompt must fit before the first problem is run
-                tts.check_prompt(p.problem, p.id)
-                if cfg.backend == "sim":
-                    tts.set_reference(p.problem, p.answer, problem_difficulty(
-                        args.dataset, p.problem, p.meta.get("level")))
-            single = single_sample_search(cfg.search)
-            summary = run_eval(problems, lambda p: tts.solve(p.problem, p.id,
-                                                             on_progress=status), store,
-                               numeric=numeric_answers(load_dataset(args.dataset)),
-                               baseline=(lambda p: tts.solve(p.problem, p.id, search=single))
-                               if args.single_sample_baseline else None)
-    else:
-        summary = store.summary_of({p.id for p in problems})
+    summary = (_run(args, cfg, problems, todo, store) if todo
+               else store.summary_of({p.id for p in problems}))
     if summary:
-        print_summary(summary, args, cfg.sim.hardware)
+        print_summary(summary, args, cfg.sim.hardware, store.recorded_platform)
     return 0
+
+
+def _run(args: argparse.Namespace, cfg, problems: list, todo: list, store) -> dict | None:
+    """Build the engines, check every prompt fits, and solve the problems not yet in `store`
+    (with the single-sample baseline when asked), showing progress; returns the summary."""
+    from fasttts.api import FastTTS
+    from fasttts.backends.sim.workload import problem_difficulty
+    from fasttts.eval.datasets import load_dataset, numeric_answers
+    from fasttts.eval.runner import run_eval
+    from fasttts.progress import EvalProgress
+
+    with FastTTS(cfg) as tts:
+        for p in todo:  # every prompt must fit before the first problem is run
+            tts.check_prompt(p.problem, p.id)
+            if cfg.backend == "sim":
+                tts.set_reference(p.problem, p.answer, problem_difficulty(
+                    args.dataset, p.problem, p.meta.get("level")))
+        single = single_sample_search(cfg.search)
+        with EvalProgress(len(problems), len(problems) - len(todo)) as progress:
+            return run_eval(problems, lambda p: tts.solve(p.problem, p.id, on_progress=progress),
+                            store, progress, numeric=numeric_answers(load_dataset(args.dataset)),
+                            baseline=(lambda p: tts.solve(p.problem, p.id, search=single))
+                            if args.single_sample_baseline else None)
 
 
 def single_sample_search(search):
@@ -83,17 +92,23 @@ def single_sample_search(search):
     return SearchConfig(**(kept | GREEDY_BASELINE))
 
 
-def print_summary(summary: dict, args: argparse.Namespace, hardware: str) -> None:
-    """Print an eval's `summary` (`fasttts.eval.runner`) as a table: the run (method, n,
-    dataset of `args`; times on the simulated `hardware` or the wall clock), accuracy, the
-    single-sample baseline's, goodput, latency and cache statistics."""
+def print_summary(summary: dict, args: argparse.Namespace, hardware: str,
+                  platform: dict | None = None) -> None:
+    """Print an eval's `summary` (`fasttts.eval.runner`) as a table under a header of the run
+    (method, n, dataset of `args`) and what it ran on (`platform`, from config.json:
+    `fasttts.engines.platform_info.describe_platform`), with the times' clock (on the simulated
+    `hardware`, or the wall clock), accuracy, the single-sample baseline's, goodput, latency
+    and cache statistics."""
     from rich.console import Console
     from rich.text import Text
+
+    from fasttts.engines.platform_info import describe_platform
 
     clock = summary.get("clock")
     where = (f"simulated {hardware}, virtual-clock seconds" if clock == "simulated"
              else "wall-clock seconds")
-    t = table(f"{args.method} n={args.n} on {args.dataset}, {summary['num_problems']} problems")
+    t = table(f"{args.method} n={args.n} on {args.dataset}, {summary['num_problems']} problems",
+              describe_platform(platform))
     t.add_column("metric")
     t.add_column("value", justify="right")
     t.add_row("times", where)

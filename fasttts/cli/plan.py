@@ -1,7 +1,10 @@
 """`fasttts plan`: a what-if memory plan for a GPU (FastTTS section 4.3), the planned split
 against the static one, with one line of why for each recommendation. Nothing is run: times
-are predicted by the roofline model of the hardware and model specs. Its flags are generated
-from the fields they set (`SimConfig`, `SearchConfig`, `PlanInput`; `fasttts.options`)."""
+are predicted by the roofline model of the hardware and model specs. The plan shown first is
+one real vLLM engines run (no offloading); a faster plan that offloads the inactive model's KV
+cache (section 4.3.2) is shown beside it only as a labelled alternative, since only the
+simulator applies offloading (`--backend sim --offload`). Its flags are generated from the
+fields they set (`SimConfig`, `SearchConfig`, `PlanInput`; `fasttts.options`)."""
 
 from __future__ import annotations
 
@@ -16,8 +19,14 @@ __all__ = ["add_parser"]
 
 _DESCRIPTION = ("Split a GPU's KV-cache memory between the generator and the verifier and set "
                 "their batch caps (FastTTS section 4.3), against the static split, with one "
-                "line of why for each recommendation. Nothing is run: times are predicted by "
-                "the roofline model of the hardware and model specs.")
+                "line of why for each recommendation. The plan is one real vLLM engines run; "
+                "a faster plan that offloads the inactive model's KV cache is shown beside it "
+                "as an alternative only the simulator applies (--backend sim --offload). "
+                "Nothing is run: times are predicted by the roofline model of the hardware and "
+                "model specs.")
+
+#: The offload alternative's label (its column and its line).
+OFFLOAD_LABEL = "offload (simulated only)"
 
 #: The `PlanInput` fields with a flag, and the flags' defaults where the field has none.
 _WORKLOAD_FLAGS = ("num_requests", "memory_bytes", "verifier_len", "decode_len", "cache_len")
@@ -55,23 +64,28 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
               shown={"memory_bytes": "what the memory fraction leaves after the weights"})
     add_flags(p, SimConfig, ["generator_kv_share"])
     p.add_argument("--no-offload", action="store_true",
-                   help="do not consider offloading the inactive model's KV to host memory")
+                   help="do not show the alternative that offloads the inactive model's KV to "
+                        "host memory (only the simulator applies it)")
     add_flags(p, SearchConfig, ["method", "beam_width"],
               notes={"method": "; it sets the prefix sharing and the iterations whose prefix "
                                "reuse the plan prices"})
 
 
 def _plan(args: argparse.Namespace):
-    """(the workload, the planned split, the static split) of `fasttts plan`'s flags.
+    """(the workload, the runnable plan, the offload alternative or None, the static split) of
+    `fasttts plan`'s flags. The runnable plan never offloads; the alternative is the offload
+    plan when offloading is considered (not --no-offload) and it is faster.
 
     Raises:
         ValueError: an unknown spec, a KV budget over what the device leaves, a workload
-            size below 1; `fasttts.runtime.memory_planner.PlanError`: nothing fits.
+            size below 1; `fasttts.runtime.memory_planner.PlanError`: nothing fits without
+            offloading (the message says whether offloading would).
     """
     from fasttts.backends.sim import static_split
     from fasttts.config import SearchConfig, SimConfig
     from fasttts.perf.specs import load_hardware, load_model
-    from fasttts.runtime.memory_planner import PlanInput, plan_memory, static_plan
+    from fasttts.runtime.memory_planner import (PlanError, PlanInput, offload_plan, plan_memory,
+                                                static_plan)
     from fasttts.runtime.plan_workload import search_shape
 
     hw = load_hardware(args.hardware)
@@ -88,12 +102,22 @@ def _plan(args: argparse.Namespace):
     inp = PlanInput(memory_bytes=args.kv_budget or room, generator=gen, verifier=ver,
                     hardware=hw, num_requests=args.n, verifier_len=args.verifier_len,
                     decode_len=args.decode_len, cache_len=args.cache_len, **shape)
-    return inp, plan_memory(inp, allow_offload=not args.no_offload), \
-        static_plan(inp, args.generator_kv_share)
+    alt = None if args.no_offload else offload_plan(inp)
+    try:
+        plan = plan_memory(inp, allow_offload=False)
+    except PlanError as e:
+        if alt is None:
+            raise
+        raise PlanError(f"{e} (only offloading the inactive model's KV would fit, which the "
+                        f"simulator alone applies: --backend sim --offload)") from None
+    if alt is not None and alt.t_total >= plan.t_total:
+        alt = None
+    return inp, plan, alt, static_plan(inp, args.generator_kv_share)
 
 
-def _print_plans(inp, static, best) -> None:
-    """The static and the planned split side by side, as a table."""
+def _print_plans(inp, static, plan, alt) -> None:
+    """The static split and the plan side by side, and the offload alternative if any, as a
+    table."""
     from rich.console import Console
 
     gib = 1 << 30
@@ -102,34 +126,37 @@ def _print_plans(inp, static, best) -> None:
     t.add_column("")
     t.add_column("static split", justify="right")
     t.add_column("planned", justify="right")
+    plans = [static, plan]
+    if alt is not None:
+        t.add_column(OFFLOAD_LABEL, justify="right", style="dim")
+        plans.append(alt)
     rows = [
         ("B_pre (verifier batch)", lambda p: f"{p.b_pre}"),
         ("B_dec (decode batch)", lambda p: f"{p.b_dec}"),
         ("verifier KV GiB", lambda p: f"{p.verifier_kv_bytes / gib:.2f}"),
         ("generator KV GiB", lambda p: f"{p.generator_kv_bytes / gib:.2f}"),
-        ("offload inactive KV", lambda p: "yes" if p.offload else "no"),
         ("search time s", lambda p: f"{p.t_total:.3f}"),
         ("  verifier s", lambda p: f"{p.t_verify:.3f}"),
         ("  generator s", lambda p: f"{p.t_decode:.3f}"),
         ("  prefix recompute s", lambda p: f"{p.t_recompute:.3f}"),
-        ("  offload transfer s", lambda p: f"{p.t_offload:.3f}"),
+        *([("  offload transfer s", lambda p: f"{p.t_offload:.3f}")] if alt else []),
         ("throughput tok/s", lambda p: f"{p.throughput(inp):.0f}"),
     ]
     for name, fmt in rows:
-        t.add_row(name, fmt(static), fmt(best))
+        t.add_row(name, *(fmt(p) for p in plans))
     Console().print(t)
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from fasttts.cli.plan_explain import explain_plan
 
-    inp, best, static = _plan(args)
-    _print_plans(inp, static, best)
+    inp, plan, alt, static = _plan(args)
+    _print_plans(inp, static, plan, alt)
     width = min(shutil.get_terminal_size().columns, 100)
     print(f"workload: N={args.n} paths, S={args.verifier_len}, S_dec={args.decode_len}, "
           f"S_cache={inp.s_cache} tokens (times predicted by the roofline model)")
     print(f"search: {args.method}: {inp.iterations} iterations, search tree {inp.tree_tokens} "
           f"tokens")
-    for line in explain_plan(inp, best, static, allow_offload=not args.no_offload):
+    for line in explain_plan(inp, plan, static, alt, considered=not args.no_offload):
         print(textwrap.fill(line, width, initial_indent="- ", subsequent_indent="  "))
     return 0

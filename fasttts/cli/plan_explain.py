@@ -1,5 +1,6 @@
 """`fasttts plan` explains itself: one line of why for each recommendation of the memory
-planner (batch caps, KV split, offloading) and for its speed-up over the static split.
+planner (batch caps, KV split) and for its speed-up over the static split, then the offload
+alternative: why it is faster, and that only the simulator applies it.
 
 The numbers come from the planner's own model (`fasttts.runtime.memory_planner`): the KV a
 batch needs, the search tree a cache must hold to keep its prefixes, and the offload plan it
@@ -8,8 +9,7 @@ compared against; nothing is estimated twice.
 
 from __future__ import annotations
 
-from fasttts.runtime.memory_planner import (MemoryPlan, PlanError, PlanInput, model_sides,
-                                            offload_plan, plan_memory)
+from fasttts.runtime.memory_planner import MemoryPlan, PlanInput, model_sides, offload_plan
 
 __all__ = ["explain_plan"]
 
@@ -40,9 +40,6 @@ def _why_batch(what: str, batch: int, cap: int, n: int) -> str:
 
 def _why_split(inp: PlanInput, plan: MemoryPlan) -> str:
     """Why the KV split: what each batch needs, and where the rest went."""
-    if plan.offload:
-        return (f"KV split: none, each model has the whole {_gib(inp.memory_bytes)} while it "
-                f"runs (so both rows show it); the other model's KV waits in host memory")
     ver, gen = model_sides(inp)
     v_need, g_need = ver.need(plan.b_pre), gen.need(plan.b_dec)
     spare_v, spare_g = plan.verifier_kv_bytes - v_need, plan.generator_kv_bytes - g_need
@@ -62,23 +59,25 @@ def _why_split(inp: PlanInput, plan: MemoryPlan) -> str:
             f"(generator); {rule}: +{_gib(spare_v)} verifier, +{_gib(spare_g)} generator")
 
 
-def _why_offload(inp: PlanInput, plan: MemoryPlan, allow_offload: bool) -> str:
-    """Why the plan offloads or not, with the time of the alternative."""
-    if plan.offload:
-        try:
-            coupled = f"{plan_memory(inp, allow_offload=False).t_total:.3f} s"
-        except PlanError:
-            coupled = "no plan: both batches do not fit the budget together"
-        return (f"offload inactive KV: yes, {plan.t_total:.3f} s with {plan.t_offload:.3f} s of "
-                f"host transfers, against {coupled} without offloading")
-    if not allow_offload:
+def _why_offload(inp: PlanInput, plan: MemoryPlan, alt: MemoryPlan | None,
+                 considered: bool) -> str:
+    """The offload alternative (section 4.3.2): faster and simulated only, or why not."""
+    if alt is not None:
+        return (f"alternative, offload (simulated only: --backend sim --offload; vLLM engines do "
+                f"not offload the inactive model's KV): {plan.t_total / alt.t_total:.2f}x "
+                f"faster than the plan ({plan.t_total:.3f} s -> {alt.t_total:.3f} s predicted, "
+                f"{alt.t_offload:.3f} s of it host transfers), each model having the whole "
+                f"{_gib(inp.memory_bytes)} while it runs, B_pre {alt.b_pre}, B_dec {alt.b_dec}")
+    if not considered:
         return "offload inactive KV: not considered (--no-offload)"
     if inp.hardware.host_bandwidth is None:
         return (f"offload inactive KV: no, {inp.hardware.name}'s memory is host memory (no host "
                 f"link to offload over)")
-    alt = offload_plan(inp)
-    return (f"offload inactive KV: no, offloading would take {alt.t_total:.3f} s "
-            f"({alt.t_offload:.3f} s of host transfers) against {plan.t_total:.3f} s")
+    off = offload_plan(inp)
+    if off is None:
+        return "offload inactive KV: no, the budget cannot hold one sequence of each model"
+    return (f"offload inactive KV: no, offloading would take {off.t_total:.3f} s "
+            f"({off.t_offload:.3f} s of host transfers) against {plan.t_total:.3f} s")
 
 
 def _speedup(plan: MemoryPlan, static: MemoryPlan) -> str:
@@ -98,18 +97,17 @@ def _speedup(plan: MemoryPlan, static: MemoryPlan) -> str:
 
 
 def explain_plan(inp: PlanInput, plan: MemoryPlan, static: MemoryPlan,
-                 allow_offload: bool = True) -> list[str]:
-    """One line of why for each recommendation of `plan` (batch caps, KV split, offloading),
-    then how it compares with the static split `static`."""
+                 alt: MemoryPlan | None = None, considered: bool = True) -> list[str]:
+    """One line of why for each recommendation of `plan` (batch caps, KV split; a plan real
+    engines run, so without offloading), then how it compares with the static split `static`,
+    then the offload alternative `alt` (faster, simulated only) or why there is none
+    (`considered`: offloading was looked at, not --no-offload)."""
     ver, gen = model_sides(inp)
     m = inp.memory_bytes
-    if plan.offload:
-        cap_pre, cap_dec = ver.cap(m, inp.num_requests), gen.cap(m, inp.num_requests)
-    else:
-        cap_pre = ver.cap(m - gen.need(plan.b_dec), inp.num_requests)
-        cap_dec = gen.cap(m - ver.need(plan.b_pre), inp.num_requests)
+    cap_pre = ver.cap(m - gen.need(plan.b_dec), inp.num_requests)
+    cap_dec = gen.cap(m - ver.need(plan.b_pre), inp.num_requests)
     return [_why_batch("B_pre", plan.b_pre, cap_pre, inp.num_requests),
             _why_batch("B_dec", plan.b_dec, cap_dec, inp.num_requests),
             _why_split(inp, plan),
-            _why_offload(inp, plan, allow_offload),
-            _speedup(plan, static)]
+            _speedup(plan, static),
+            _why_offload(inp, plan, alt, considered)]

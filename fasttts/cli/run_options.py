@@ -11,7 +11,10 @@ from fasttts.cli.sizes import parse_size
 __all__ = ["add_run_options", "check_models", "run_config", "runtime_config"]
 
 #: The `EngineConfig` fields both engines take from one flag each; `num_threads` is --threads.
-_ENGINE_FLAGS = ("block_size", "max_model_len", "dtype", "num_threads")
+_ENGINE_FLAGS = ("block_size", "max_model_len", "dtype", "num_threads", "tensor_parallel_size")
+#: Those that reach the config only when given (the real-engine ones, which the simulator
+#: refuses: `fasttts.config.REAL_ENGINE_FIELDS`).
+_GIVEN_ENGINE_FLAGS = ("dtype", "num_threads", "tensor_parallel_size")
 
 #: The `SimConfig` fields with a flag of their own (the KV sizes and the block size come from
 #: the "models" flags); `workload` is --sim-workload.
@@ -44,10 +47,15 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                   metavars={kv: "SIZE"}, prefixes={kv: f"the {role}'s "}, shown={kv: None},
                   notes={kv: f" (default: {kv_gib:g}GiB; with --backend sim: the static "
                              f"split)"})
-    add_flags(g, EngineConfig, _ENGINE_FLAGS, given_only=["num_threads"],
+    add_flags(g, EngineConfig, _ENGINE_FLAGS, given_only=_GIVEN_ENGINE_FLAGS,
               flags={"num_threads": "--threads"}, metavars={"num_threads": "THREADS"},
               notes={"block_size": f"; {SimConfig.model_fields['block_size'].default} with "
-                                   f"--backend sim"})
+                                   f"--backend sim",
+                     **dict.fromkeys(_GIVEN_ENGINE_FLAGS, "; real engines only")})
+    g.add_argument("--data-parallel-size", type=int, default=1, metavar="N",
+                   help="vLLM's engine replicas: only 1; fasttts runs one in-process engine per "
+                        "model, so scale out with `fasttts serve` replicas behind a load "
+                        "balancer (docs/serving.md, Scaling out)")
     add_flags(g, VerifierConfig, ["batch_size"], flags={"batch_size": "--verifier-batch-size"},
               dests={"batch_size": "verifier_batch_size"})
     add_flags(g, VerifierConfig, ["confidence_window"], metavars={"confidence_window": "TOKENS"})
@@ -195,12 +203,14 @@ def run_config(args: argparse.Namespace):
 
     Raises:
         ValueError: contradicting technique flags (`runtime_config`), a simulated-device
-            flag with real engines (`_sim_config`).
+            flag with real engines (`_sim_config`), a real-engine flag with the simulator
+            (`fasttts.config.sim_refuses`), --data-parallel-size above 1.
         pydantic.ValidationError: a value out of range, a method rule broken.
     """
+    from fasttts.backends.parallel import check_data_parallel
     from fasttts.config import (DEFAULT_GENERATOR, DEFAULT_VERIFIER, SIM_GENERATOR,
                                 SIM_VERIFIER, EngineConfig, RunConfig, SearchConfig,
-                                VerifierConfig)
+                                VerifierConfig, sim_refuses)
     from fasttts.options import flag_values
     from fasttts.search import GIVEN_ONLY
 
@@ -210,7 +220,11 @@ def run_config(args: argparse.Namespace):
     if args.verifier and args.verifier_kind == "confidence":
         raise ValueError("--verifier-kind confidence scores steps with the generator's own token "
                          "log-probabilities and loads no verifier model; drop --verifier")
-    shared = flag_values(args, _ENGINE_FLAGS, ["num_threads"]) | {"seed": args.seed}
+    check_data_parallel(args.data_parallel_size)
+    given = [name for name in _GIVEN_ENGINE_FLAGS if getattr(args, name) is not None]
+    if sim and given:
+        raise ValueError(sim_refuses(given))
+    shared = flag_values(args, _ENGINE_FLAGS, _GIVEN_ENGINE_FLAGS) | {"seed": args.seed}
 
     def engine(model: str, kv: int | None) -> EngineConfig:
         size = {"kv_cache_memory_bytes": kv} if kv else {}  # else the config's default
@@ -237,7 +251,9 @@ def check_models(cfg) -> None:
 
     Raises:
         ValueError: an unknown model or spec, missing packages of an embedded model, a
-            simulated configuration that does not fit (`fasttts.engines.check_sim_engines`).
+            simulated configuration that does not fit (`fasttts.engines.check_sim_engines`),
+            a tensor-parallel size the machine or model cannot run
+            (`fasttts.backends.vllm_engine.check_engine`).
     """
     from fasttts.models import EMBEDDED_MODELS, resolve_model
     from fasttts.verifiers import MODEL_FREE_KINDS
@@ -254,3 +270,8 @@ def check_models(cfg) -> None:
             EMBEDDED_MODELS[model].part_paths()  # raises if the packages are missing
         else:
             resolve_model(model)
+    for engine in (cfg.generator, *(() if free else (cfg.verifier.engine,))):
+        if engine.tensor_parallel_size > 1:
+            from fasttts.backends.vllm_engine import check_engine
+
+            check_engine(engine)  # more ranks than cores or GPUs, heads it does not divide

@@ -1,6 +1,6 @@
 """`fasttts serve`: the OpenAI-compatible TTS server (many requests, one engine), its flags
-beyond the run's (address, auth, served names, request limits, admission, shutdown, vLLM
-parallelism) and its graceful shutdown."""
+beyond the run's (address, auth, served names, request limits, admission, shutdown), and its
+start, ready and goodbye lines (`fasttts.serve.shutdown`)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def add_parser(sub, parents: list) -> None:
 
 def _add_serve_options(p: argparse.ArgumentParser) -> None:
     """The options of `fasttts serve` beyond the run's: address, auth, served names, request
-    limits (generated from `ServerLimits`), admission, shutdown and vLLM parallelism."""
+    limits (generated from `ServerLimits`), admission and shutdown."""
     from fasttts.options import add_flags
     from fasttts.serve.protocol import ServerLimits
 
@@ -60,23 +60,10 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--request-timeout", type=float, default=1800,
                    help="seconds a request may search before it is cancelled (default: "
                         "%(default)s)")
-    p.add_argument("--tensor-parallel-size", type=int, default=None,
-                   help="passed to vLLM unchanged (GPUs per generator engine)")
-    p.add_argument("--data-parallel-size", type=int, default=None,
-                   help="passed to vLLM unchanged (generator engine replicas)")
 
 
 #: Seconds uvicorn waits, after the drain limit, for the cancelled requests to answer.
 _DRAIN_GRACE_S = 5.0
-
-
-def _drain(server, scheduler, timeout_s: float) -> None:
-    """Once the server is told to stop (SIGTERM, Ctrl-C), give in-flight requests `timeout_s`
-    seconds, then cancel them all (they answer 503) so the server exits."""
-    while not server.should_exit:
-        time.sleep(0.1)
-    time.sleep(timeout_s)
-    scheduler.close()
 
 
 def server_limits(args: argparse.Namespace, cfg):
@@ -98,36 +85,38 @@ def server_limits(args: argparse.Namespace, cfg):
 def _cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from fasttts.engines.platform_info import describe_platform, run_platform
     from fasttts.serve import build_state
-    from fasttts.serve.access_log import ReadyServer, logger, start_line
+    from fasttts.serve.access_log import logger, start_line
     from fasttts.serve.app import create_app
+    from fasttts.serve.shutdown import Shutdown, StoppingServer
 
     cfg = run_config(args)
-    extra = {k: v for k, v in (("tensor_parallel_size", args.tensor_parallel_size),
-                               ("data_parallel_size", args.data_parallel_size)) if v}
-    if extra:
-        cfg = cfg.model_copy(update={
-            "generator": cfg.generator.model_copy(update={
-                "extra_engine_args": {**cfg.generator.extra_engine_args, **extra}})})
     limits = server_limits(args, cfg)
     check_models(cfg)
     api_key = args.api_key or os.environ.get("FASTTTS_API_KEY") or None
-    logger.info(start_line(cfg, list(limits.served_model_names), f"http://{args.host}:{args.port}"))
+    logger.info(start_line(cfg, list(limits.served_model_names), f"http://{args.host}:{args.port}",
+                           describe_platform(run_platform(cfg))))
     started = time.monotonic()
     state = build_state(cfg, limits, api_key=api_key, max_active=args.max_active_requests,
                         max_queue=args.max_queue, request_timeout_s=args.request_timeout)
-    server = ReadyServer(uvicorn.Config(
+    stop = Shutdown(state.scheduler, args.shutdown_timeout)
+    server = StoppingServer(uvicorn.Config(
         create_app(state), host=args.host, port=args.port, log_level="warning",
         timeout_graceful_shutdown=args.shutdown_timeout + _DRAIN_GRACE_S),
         on_ready=lambda url: logger.info(
             f"ready: engines up in {time.monotonic() - started:.1f} s; "
-            f"listening on {url} (POST /v1/chat/completions; Ctrl-C stops)"))
-    threading.Thread(target=_drain, args=(server, state.scheduler, args.shutdown_timeout),
-                     name="fasttts-drain", daemon=True).start()
+            f"listening on {url} (POST /v1/chat/completions; Ctrl-C stops)"), shutdown=stop)
+    threading.Thread(target=stop.drain, args=(server,), name="fasttts-drain",
+                     daemon=True).start()
+    stop.install()
     try:
         server.run()
     finally:
-        state.scheduler.close()
+        stop.cancel_rest()
         state.hub.close()
         state.scheduler.verifier.close()
+    goodbye = stop.goodbye()
+    if goodbye:
+        logger.info(goodbye)
     return 0

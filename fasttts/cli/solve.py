@@ -35,33 +35,37 @@ def _cmd_solve(args: argparse.Namespace) -> int:
 
 
 def print_solution(record: dict) -> None:
-    """Print the chosen path step by step, the answer and the run's statistics. Model text
-    (steps, answers) is printed as plain text: `[/x]` or `\\[ x \\]` in it is not rich markup."""
+    """Print the path that gave the answer step by step (`fasttts.eval.metrics.answer_path`:
+    the highest-scored completion with the answer, labelled with the vote it won and its rank
+    by score), the answer, every vote and the run's statistics. Model text (steps, answers)
+    is printed as plain text: `[/x]` or `\\[ x \\]` in it is not rich markup."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
+    from fasttts.eval.metrics import answer_path
+    from fasttts.eval.voting import ANSWER_RULES
     from fasttts.steps import split_steps
 
     console = Console()
     if not record["completions"]:
         console.print("[red]no completion[/red]")
         return
-    best = record["completions"][0]
-    console.rule(f"first returned path (score {best['score']:.3f})")
+    path = answer_path(record)
+    console.rule("the path that gave the answer" if path else "the top-scored path")
+    console.print(Text(_path_label(record, path)))
+    path = path or record["completions"][0]
     if record.get("clock") == "simulated":
         console.print("simulated backend: the texts are synthetic, the times virtual", style="dim")
     table = Table("step", "PRM score", "text", show_lines=True)
-    steps, scores = split_steps(best["text"]), best["step_scores"]
+    steps, scores = split_steps(path["text"]), path["step_scores"]
     for i, step in enumerate(steps, start=1):
         score = f"{scores[i - 1]:.3f}" if i <= len(scores) else "-"  # unscored (SC, ORM)
         table.add_row(str(i), score, Text(step.strip()))
     console.print(table)
     console.rule("answer")
-    rules = {"weighted": "PRM-weighted vote", "majority": "majority vote",
-             "best": "highest-scored completion"}
     pred = record["pred"]
-    console.print(Text.assemble(f"answer ({rules[record['answer_rule']]}): ",
+    console.print(Text.assemble(f"answer ({ANSWER_RULES[record['answer_rule']]}): ",
                                 (str(record["answer"]), "bold")))
     console.print(Text(f"PRM-weighted vote: {pred['weighted']}   majority vote: "
                        f"{pred['majority']}   best path: {pred['best']}"))
@@ -72,3 +76,28 @@ def print_solution(record: dict) -> None:
         f"{record['verifier_time_s']:.1f} s)  precise goodput "
         f"{record['precise_goodput_tok_s']:.1f} tok/s"
     )
+
+
+def _path_label(record: dict, path: dict | None) -> str:
+    """What the shown path is: the vote it won and its rank by PRM score, e.g. "PRM-weighted
+    vote: the best of the 5 of 8 completions answering 12; score 0.731, 2nd of 8 by score"."""
+    from fasttts.eval.grading import is_equivalent
+    from fasttts.eval.voting import ANSWER_RULES
+
+    completions = record["completions"]
+    if path is None:
+        return (f"score {completions[0]['score']:.3f}; none of the {len(completions)} "
+                f"completions states an answer")
+    ranked = sorted(completions, key=lambda c: -c["score"])
+    rank = next(i for i, c in enumerate(ranked, start=1) if c is path)
+    same = sum(c["answer"] == record["answer"] or is_equivalent(c["answer"], record["answer"])
+               for c in completions)
+    return (f"{ANSWER_RULES[record['answer_rule']]}: the best of the {same} of "
+            f"{len(completions)} completions answering {record['answer']}; score "
+            f"{path['score']:.3f}, {_ordinal(rank)} of {len(completions)} by score")
+
+
+def _ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

@@ -5,10 +5,14 @@ from __future__ import annotations
 __all__ = ["table"]
 
 
-def table(title: str):
+def table(title: str, subtitle: str | None = None):
     """A `rich.table.Table` whose title is plain text (no markup) and never wraps: the table is
-    at least as wide as its title (on a terminal that wide)."""
+    at least as wide as its title's first line (on a terminal that wide); `subtitle`, a second
+    header line (what the run ran on), wraps at the table's width if it must."""
     from rich.table import Table
     from rich.text import Text
 
-    return Table(title=Text(title, style="italic"), min_width=len(title))
+    heading = Text(title, style="italic")
+    if subtitle:
+        heading.append("\n" + subtitle, style="none")
+    return Table(title=heading, min_width=len(title))

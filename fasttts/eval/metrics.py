@@ -23,8 +23,8 @@ from fasttts.eval.grading import find_answer, is_equivalent
 from fasttts.eval.voting import best_of, majority_vote, pass_at_n, weighted_vote
 from fasttts.runtime.loop import SearchResult
 
-__all__ = ["percentile", "precise_goodput", "problem_record", "single_sample_record",
-           "summarize", "vote_and_grade"]
+__all__ = ["answer_path", "percentile", "precise_goodput", "problem_record",
+           "single_sample_record", "summarize", "vote_and_grade"]
 
 
 def precise_goodput(beams: Sequence[Beam]) -> float:
@@ -60,6 +60,20 @@ def percentile(values: Sequence[float], q: float) -> float:
     pos = (len(xs) - 1) * q / 100
     lo, hi = math.floor(pos), math.ceil(pos)
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def answer_path(record: dict) -> dict | None:
+    """The completion of a problem record (`problem_record`) that gives its answer: the
+    highest-scored one whose answer is the answer, or equivalent to it (the vote counts
+    equivalent answers as one, `fasttts.eval.voting.group_answers`); None without an answer.
+    For the "best" rule it is the top-scored completion; for a vote, the best path of the
+    winning group, which need not be the top-scored path."""
+    answer = record["answer"]
+    if answer is None:
+        return None
+    ranked = sorted(record["completions"], key=lambda c: -c["score"])
+    return (next((c for c in ranked if c["answer"] == answer), None)
+            or next((c for c in ranked if is_equivalent(c["answer"], answer)), None))
 
 
 def vote_and_grade(answers: Sequence[str | None], weights: Sequence[float], gold: str | None,

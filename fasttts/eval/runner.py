@@ -2,7 +2,9 @@
 
 Layout of the output folder:
 
-- `config.json`: the run configuration; a later run into the same folder must match it.
+- `config.json`: the run configuration and what it ran on ("platform": the dtype each engine
+  resolved to, its threads and tensor-parallel ranks, the vLLM version, the CPU's flags or
+  the GPUs); a later run into the same folder must match it.
 - `results.jsonl`: one record per finished problem (`fasttts.eval.metrics.problem_record`),
   each written as one complete line and flushed to disk before the next problem starts.
 - `summary.json`: the summary over all records, rewritten atomically after each problem.
@@ -28,8 +30,10 @@ from pathlib import Path
 
 from fasttts.eval.datasets import Problem
 from fasttts.eval.metrics import problem_record, single_sample_record, summarize
+from fasttts.eval.voting import ANSWER_RULES
 
-__all__ = ["OutputDirError", "ResultStore", "ResultsFileWarning", "run_eval", "trace_line"]
+__all__ = ["PLATFORM_KEY", "OutputDirError", "ResultStore", "ResultsFileWarning", "problem_line",
+           "run_eval", "trace_line"]
 
 
 def trace_line(record: dict) -> dict:
@@ -42,6 +46,11 @@ def trace_line(record: dict) -> dict:
         "paths": [{k: c.get(k) for k in ("step_tokens", "step_scores", "correct", "finish_reason")}
                   for c in record["completions"]],
     }
+
+
+#: The key of config.json that records what the run ran on (resolved dtype, threads, vLLM
+#: version, CPU flags or GPUs: `fasttts.engines.platform_info`).
+PLATFORM_KEY = "platform"
 
 
 class OutputDirError(ValueError):
@@ -90,19 +99,26 @@ class ResultStore:
     Args:
         output_dir: the folder (created if missing).
         config: the JSON-serialisable run configuration (incl. dataset); must equal the
-            `config.json` of an existing folder.
+            `config.json` of an existing folder (its `PLATFORM_KEY` entry aside).
+        platform: what this run runs on (`fasttts.engines.platform_info.run_platform`),
+            written to config.json under `PLATFORM_KEY`; an existing folder's is compared only
+            before problems are run into it (`check_platform`), so a finished folder's summary
+            prints anywhere.
 
     Raises:
         OutputDirError: the folder's config differs (names the differing keys), or the path is
             a file.
     """
 
-    def __init__(self, output_dir: str | os.PathLike, config: dict):
+    def __init__(self, output_dir: str | os.PathLike, config: dict, platform: dict | None = None):
         if not str(output_dir).strip():
             raise OutputDirError("output dir is empty: give the folder to write results to")
         self.dir = Path(output_dir)
         self.results = self.dir / "results.jsonl"
-        self.config = json.loads(json.dumps(config))
+        self.config = json.loads(json.dumps(config | ({PLATFORM_KEY: platform} if platform
+                                                      else {})))
+        #: The platform the folder's results ran on (config.json's; None: not recorded).
+        self.recorded_platform = platform
         try:
             if self.dir.exists() and not self.dir.is_dir():
                 raise OutputDirError(f"output dir {self.dir} exists and is not a folder")
@@ -113,15 +129,33 @@ class ResultStore:
             cfg_path = self.dir / "config.json"
             if cfg_path.exists():
                 old = json.loads(cfg_path.read_text(encoding="utf-8"))
-                diff = _differences(old, self.config)
-                if diff:
-                    raise OutputDirError(
-                        f"output dir {self.dir} holds results of another configuration "
-                        f"({'; '.join(diff)}); use a new --output-dir or the same settings"
-                    )
+                self.recorded_platform = old.pop(PLATFORM_KEY, None)
+                self._refuse("another configuration",
+                             _differences(old, {k: v for k, v in self.config.items()
+                                                if k != PLATFORM_KEY}))
             self.records = self._load()
         except OSError as e:
             raise OutputDirError(f"output dir {self.dir} cannot be used: {e}") from e
+
+    def _refuse(self, what: str, diff: list[str]) -> None:
+        if diff:
+            raise OutputDirError(f"output dir {self.dir} holds results of {what} "
+                                 f"({'; '.join(diff)}); use a new --output-dir or the same "
+                                 f"settings")
+
+    def check_platform(self) -> None:
+        """Before running problems into the folder: refuse if its results ran on another
+        platform (another resolved dtype, thread count, vLLM version, CPU or GPU), which would
+        mix numbers that cannot be compared. A folder written before fasttts recorded the
+        platform is accepted.
+
+        Raises:
+            OutputDirError: the platforms differ (names the differing keys).
+        """
+        now = self.config.get(PLATFORM_KEY)
+        if self.recorded_platform is not None and now is not None:
+            self._refuse("another platform", _differences(
+                {PLATFORM_KEY: self.recorded_platform}, {PLATFORM_KEY: now}))
 
     def _create(self) -> None:
         """Create the folder and its config.json on the first write, so a run that fails
@@ -230,7 +264,7 @@ def run_eval(
     problems: Sequence[Problem],
     solve: Callable[[Problem], object],
     store: ResultStore,
-    progress: bool = True,
+    progress=None,
     numeric: bool = False,
     baseline: Callable[[Problem], object] | None = None,
 ) -> dict | None:
@@ -240,7 +274,8 @@ def run_eval(
         problems: the problems, in order.
         solve: returns the `SearchResult` of one problem.
         store: the output folder.
-        progress: show a tqdm progress bar.
+        progress: a `fasttts.progress.EvalProgress` told of each finished problem (a bar on a
+            terminal, a plain line elsewhere); None = nothing shown.
         numeric: the dataset's answers are all numbers (`fasttts.eval.datasets.numeric_answers`):
             allows the last-number answer fallback.
         baseline: returns a one-sample `SearchResult` of the same problem (the single-sample
@@ -249,20 +284,30 @@ def run_eval(
     Returns:
         The summary over the records of `problems` (None if there are none).
     """
-    from tqdm import tqdm
-
-    todo = [p for p in problems if p.id not in store.done_ids]
-    bar = tqdm(total=len(problems), initial=len(problems) - len(todo), disable=not progress,
-               desc="problems", unit="problem")
-    try:
-        for p in todo:
-            record = problem_record(solve(p), p.answer, p.problem, numeric)
-            if baseline is not None:
-                record["single_sample"] = single_sample_record(baseline(p), p.answer, numeric)
-            acc = store.append(record)["accuracy"]
-            bar.update(1)
-            if acc:
-                bar.set_postfix(weighted=f"{acc['weighted']:.2f}", majority=f"{acc['majority']:.2f}")
-    finally:
-        bar.close()
+    for p in [p for p in problems if p.id not in store.done_ids]:
+        result = solve(p)
+        record = problem_record(result, p.answer, p.problem, numeric)
+        if baseline is not None:
+            record["single_sample"] = single_sample_record(baseline(p), p.answer, numeric)
+        acc = store.append(record)["accuracy"]
+        if progress:
+            progress.problem_done(problem_line(record, result.finished_paths, acc), acc)
     return store.summary_of({p.id for p in problems})
+
+
+def problem_line(record: dict, finished_paths: int, accuracy: dict | None) -> str:
+    """One finished problem in plain words (`fasttts.progress.EvalProgress` writes it when its
+    output is not a terminal): "gsm8k-test-2: answer 18 (correct, PRM-weighted vote),
+    8 completions (best of 10 finished paths), 5 iterations, 2831 tokens, 31.1 s; so far
+    weighted 0.67, majority 0.67" (`finished_paths`: `SearchResult.finished_paths`;
+    `accuracy`: the summary's so far, None without reference answers)."""
+    right = (record["correct"] or {}).get("answer")
+    verdict = "" if right is None else "correct, " if right else "wrong, "
+    kept = record["num_completions"]
+    extra = f" (best of {finished_paths} finished paths)" if finished_paths > kept else ""
+    so_far = (f"; so far weighted {accuracy['weighted']:.2f}, majority "
+              f"{accuracy['majority']:.2f}" if accuracy else "")
+    return (f"{record['id']}: answer {record['answer']} ({verdict}"
+            f"{ANSWER_RULES[record['answer_rule']]}), {kept} completions{extra}, "
+            f"{record['num_iterations']} iterations, {record['tokens_generated']} tokens, "
+            f"{record['latency_s']:.1f} s{so_far}")

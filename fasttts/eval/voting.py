@@ -26,7 +26,12 @@ from collections.abc import Sequence
 
 from fasttts.eval.grading import answer_key, is_equivalent
 
-__all__ = ["best_of", "group_answers", "majority_vote", "pass_at_n", "weighted_vote"]
+__all__ = ["ANSWER_RULES", "best_of", "group_answers", "majority_vote", "pass_at_n",
+           "weighted_vote"]
+
+#: The votes a method's answer may come from (`SearchStrategy.answer_rule`), as printed.
+ANSWER_RULES = {"weighted": "PRM-weighted vote", "majority": "majority vote",
+                "best": "highest-scored completion"}
 
 
 def group_answers(answers: Sequence[str | None]) -> list[list[int]]:

@@ -58,6 +58,8 @@ class SearchResult:
         start_time, end_time: search start and end on the backend clock (s).
         generator_time, verifier_time: total time in generation / verification phases (s).
         tokens_generated: every token the generator produced, pruned paths included.
+        finished_paths: paths that finished, the ones `completions` leaves out included (a
+            method may finish more than n: `SearchStrategy.num_kept`).
         num_sequences: engine sequences submitted.
         prompt_tokens: tokens of the problem's prompt.
         cache: the generator's KV-cache statistics at the end, counters of this problem only.
@@ -101,6 +103,7 @@ class SearchResult:
     stopped_early: bool = False
     search_stats: dict = field(default_factory=dict)
     answer_rule: str = "weighted"
+    finished_paths: int = 0
 
     @property
     def latency(self) -> float:
@@ -209,7 +212,8 @@ class SearchRunner:
             if on_progress is not None:
                 on_progress(IterationProgress(problem_id, iteration, st.strategy.num_iterations,
                                               len(live), len(completed), st.trace.tokens,
-                                              self.generator.now() - st.start))
+                                              self.generator.now() - st.start,
+                                              st.strategy.num_kept(completed)))
             if not live:
                 break
             kept = st.strategy.select(live, finished)
@@ -332,6 +336,7 @@ class SearchRunner:
             stopped_early=stopped_early,
             search_stats=st.strategy.stats(),
             answer_rule=st.strategy.answer_rule,
+            finished_paths=len(completed),
             spec={} if sbe is None else {
                 "spec_tokens": sbe.spec_tokens, "head_start_tokens": sbe.used_tokens,
                 "branches": sbe.num_branches, "preempted_phases": sbe.num_stopped,

@@ -155,6 +155,12 @@ class SearchStrategy(ABC):
         """The completions returned: at most n, best aggregated score first."""
         return by_score(completed)[: self.cfg.n]
 
+    def num_kept(self, completed: list[Beam]) -> int:
+        """How many of the paths `completed` so far `finalize` would return now, deciding
+        nothing (for progress reports): at most n. A method may finish more paths than it
+        returns (beam search refills n live paths every iteration, as search-and-learn)."""
+        return min(len(completed), self.cfg.n)
+
 
 def require_multiple(name: str, n: int, beam_width: int) -> None:
     """Raise SearchConfigError unless n is a positive multiple of beam_width (methods that keep

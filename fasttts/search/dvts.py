@@ -69,6 +69,10 @@ class DVTS(SearchStrategy):
                 kept.append(best)
         return kept
 
+    def num_kept(self, completed: list[Beam]) -> int:
+        """The subtrees with a finished path so far: each returns one (`finalize`)."""
+        return len({b.subtree for b in completed})
+
     def finalize(self, completed: list[Beam]) -> list[Beam]:
         # A search whose last candidates all finished ends without select(): a subtree not
         # answered yet takes its best candidate of its last round (the deepest ones; earlier

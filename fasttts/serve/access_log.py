@@ -72,17 +72,19 @@ class AccessLog:
                                scope["path"], status, time.monotonic() - start, rid)
 
 
-def start_line(cfg, served_names, url: str) -> str:
+def start_line(cfg, served_names, url: str, platform: str = "") -> str:
     """The line `fasttts serve` logs before it builds the engines: address, served model
-    names, the models behind them and the backend (on the simulator: that its texts are
-    synthetic)."""
+    names, the models behind them, the backend (on the simulator: that its texts are
+    synthetic) and what it runs on (`platform`:
+    `fasttts.engines.platform_info.describe_platform`, the resolved dtype and threads)."""
     backend = ("sim (simulated: texts are synthetic, timings are a simulated "
                f"{cfg.sim.hardware})" if cfg.backend == "sim" else cfg.backend)
     names = ", ".join(served_names)
     verifier = ("the generator's own confidence" if cfg.verifier.kind == "confidence"
                 else cfg.verifier.engine.model)
+    on = f"; {platform}" if platform else ""
     return (f"fasttts serve: {url}, model {names} (generator {cfg.generator.model}, verifier "
-            f"{verifier}), backend {backend}; starting the engines")
+            f"{verifier}), backend {backend}{on}; starting the engines")
 
 
 class ReadyServer(uvicorn.Server):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from fasttts.eval.metrics import precise_goodput, problem_record
+from fasttts.eval.metrics import answer_path, precise_goodput, problem_record
 from fasttts.runtime.loop import PromptTooLongError, SearchResult
 from fasttts.serve.hub import EngineFailure, EngineHub, RequestCancelled
 from fasttts.serve.protocol import BadRequest, ServerLimits, error_body, to_search
@@ -58,8 +58,7 @@ def answer_payload(job: Job, result: SearchResult) -> tuple[str, str, dict, dict
     """(content, finish_reason, usage, tts block) of a finished search."""
     rec = problem_record(result, None, job.problem)
     answer = rec["answer"]
-    chosen = next((c for c in sorted(rec["completions"], key=lambda c: -c["score"])
-                   if c["answer"] == answer), None)
+    chosen = answer_path(rec)
     content = chosen["text"] if chosen else ""
     finish = "stop" if chosen and chosen["finish_reason"] != "length" else "length"
     usage = {"prompt_tokens": result.prompt_tokens,

@@ -59,12 +59,16 @@ class SkyworkVerifier(Verifier):
         incremental: reuse each path's `past_key_values` (module docstring).
 
     Raises:
-        ValueError: the checkpoint has no value head.
+        ValueError: the checkpoint has no value head, or tensor parallelism asked for.
     """
 
     supports_incremental = True
+    runs_on = "transformers"
 
     def __init__(self, cfg: EngineConfig, batch_size: int = 16, incremental: bool = False):
+        if cfg.tensor_parallel_size > 1:
+            raise ValueError(f"--tensor-parallel-size {cfg.tensor_parallel_size}: the Skywork "
+                             f"PRM runs in transformers, unsharded; run it with 1")
         import torch
         from transformers import AutoModel, AutoTokenizer
 
