@@ -89,11 +89,13 @@ def test_phase_1_cap_and_pruning_off():
     # beta=0: phase 1 prunes nothing although B and C are below alpha.
     _, picked, _, _ = run(sart_t=2, sart_beta=0)
     assert picked[0] == [1, 2, 3, 4]
-    # sart_prune off: no branch is ever pruned. b2 completes at step 3; at step 5 b1 and b3
-    # complete together (both count: 3 >= M = 2) and the request stops; b4 is aborted.
-    res, picked, gen, _ = run(sart_t=2, sart_prune=False)
-    assert res.search_stats["num_pruned"] == 0 and picked == [[1, 2, 3, 4], [1, 3, 4]]
+    # sart_prune off: no check runs (nothing to prune, live branches are never scored). b2
+    # completes at step 3; at step 5 b1 and b3 complete together (both count: 3 >= M = 2)
+    # and the request stops; b4 is aborted. Only the three completions were scored.
+    res, picked, gen, ver = run(sart_t=2, sart_prune=False)
+    assert res.search_stats["num_checks"] == 0 and picked == []
     assert res.stopped_early and gen.aborted == ["p0/b4"]
+    assert [r.start for r in ver.requests] == [0, 0, 0]
     assert sorted(b.beam_id for b in res.completions) == [1, 2, 3]
 
 

@@ -84,9 +84,10 @@ class SART(SearchStrategy):
                                     f"0 <= sart_beta <= {n} (default n // 2)")
 
     @property
-    def check_interval(self) -> int:
-        """T: engine decode steps of the request between two checks."""
-        return self.t
+    def check_interval(self) -> int | None:
+        """T: engine decode steps of the request between two checks; None without pruning
+        (a check would score live branches for nothing: only completions are scored)."""
+        return self.t if self.prune else None
 
     @property
     def num_iterations(self) -> int:
