@@ -32,11 +32,8 @@ def add_parser(sub, parents: list) -> None:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from fasttts.api import FastTTS
-    from fasttts.eval.datasets import load_dataset, numeric_answers
-    from fasttts.eval.runner import ResultStore, run_eval
-
-    from fasttts.backends.sim.workload import problem_difficulty
+    from fasttts.eval.datasets import load_dataset
+    from fasttts.eval.runner import ResultStore
 
     cfg = run_config(args)
     problems = load_dataset(args.dataset, limit=args.limit, offset=args.offset)
@@ -44,33 +41,43 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         raise ValueError(f"no problems selected from {args.dataset!r} (offset {args.offset}): "
                          f"the dataset is empty or shorter than the offset")
     check_models(cfg)
-    store = ResultStore(args.output_dir, {
+    with ResultStore(args.output_dir, {
         "dataset": args.dataset, "offset": args.offset, "config": cfg.model_dump(mode="json"),
-    } | ({"single_sample_baseline": GREEDY_BASELINE} if args.single_sample_baseline else {}))
+    } | ({"single_sample_baseline": GREEDY_BASELINE} if args.single_sample_baseline else {})
+    ) as store:
+        summary = _run(args, cfg, problems, store)
+    if summary:
+        print_summary(summary, args, cfg.sim.hardware)
+    return 0
+
+
+def _run(args: argparse.Namespace, cfg, problems: list, store) -> dict | None:
+    """Solve the problems of `problems` not yet in `store` (the output folder, held) and
+    return the summary over all of them (None if none is done)."""
+    from fasttts.api import FastTTS
+    from fasttts.backends.sim.workload import problem_difficulty
+    from fasttts.eval.datasets import load_dataset, numeric_answers
+    from fasttts.eval.runner import run_eval
+
     todo = [p for p in problems if p.id not in store.done_ids]
     if len(todo) < len(problems):
         print(f"skipped {len(problems) - len(todo)} finished problems (already in "
               f"{store.results}); {len(todo)} to run", file=sys.stderr)
-    if todo:
-        from fasttts.progress import SearchStatus
+    if not todo:
+        return store.summary_of({p.id for p in problems})
+    from fasttts.progress import SearchStatus
 
-        with FastTTS(cfg) as tts, SearchStatus(position=1) as status:
-            for p in todo:  # every prompt must fit before the first problem is run
-                tts.check_prompt(p.problem, p.id)
-                if cfg.backend == "sim":
-                    tts.set_reference(p.problem, p.answer, problem_difficulty(
-                        args.dataset, p.problem, p.meta.get("level")))
-            single = single_sample_search(cfg.search)
-            summary = run_eval(problems, lambda p: tts.solve(p.problem, p.id,
-                                                             on_progress=status), store,
-                               numeric=numeric_answers(load_dataset(args.dataset)),
-                               baseline=(lambda p: tts.solve(p.problem, p.id, search=single))
-                               if args.single_sample_baseline else None)
-    else:
-        summary = store.summary_of({p.id for p in problems})
-    if summary:
-        print_summary(summary, args, cfg.sim.hardware)
-    return 0
+    with FastTTS(cfg) as tts, SearchStatus(position=1) as status:
+        for p in todo:  # every prompt must fit before the first problem is run
+            tts.check_prompt(p.problem, p.id)
+            if cfg.backend == "sim":
+                tts.set_reference(p.problem, p.answer, problem_difficulty(
+                    args.dataset, p.problem, p.meta.get("level")))
+        single = single_sample_search(cfg.search)
+        return run_eval(problems, lambda p: tts.solve(p.problem, p.id, on_progress=status),
+                        store, numeric=numeric_answers(load_dataset(args.dataset)),
+                        baseline=(lambda p: tts.solve(p.problem, p.id, search=single))
+                        if args.single_sample_baseline else None)
 
 
 def single_sample_search(search):
