@@ -15,9 +15,14 @@ import json
 import os
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["JsonFileError", "check_text", "parse", "read_json", "read_jsonl", "read_text"]
+from pydantic import BaseModel, ValidationError
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+__all__ = ["JsonFileError", "check_text", "field_errors", "parse", "read_json", "read_jsonl",
+           "read_model", "read_text"]
 
 
 class JsonFileError(ValueError):
@@ -52,30 +57,43 @@ def _position(data: bytes | str, offset: int, whole: bool = True) -> str:
     return f"line {data.count(newline, 0, offset) + 1}, {column}" if whole else column
 
 
-def check_text(text: str, where: str) -> str:
-    """`text` if it is valid Unicode text (encodable as UTF-8), for text from outside a JSON
-    file too (a command-line argument holding undecodable bytes).
-
-    Raises:
-        JsonFileError: a lone surrogate (names `where` and the character's position).
-    """
+def _text_problem(text: str) -> str | None:
+    """Why `text` is not valid Unicode text (None if it is)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise JsonFileError(where, f"not valid UTF-8 text (an undecodable byte or a lone "
-                                   f"surrogate {text[e.start]!r} at character {e.start + 1})"
-                            ) from None
+        return (f"not valid UTF-8 text (an undecodable byte or a lone surrogate "
+                f"{text[e.start]!r} at character {e.start + 1})")
+    return None
+
+
+def check_text(text: str, what: str) -> str:
+    """`text` if it is valid Unicode text (encodable as UTF-8): for text from outside a JSON
+    file (a command-line argument holding undecodable bytes, a request's message).
+
+    Raises:
+        ValueError: a lone surrogate ("`what`: not valid UTF-8 text (... at character N)").
+    """
+    why = _text_problem(text)
+    if why is not None:
+        raise ValueError(f"{what}: {why}")
     return text
 
 
 def _check_strings(value: Any, where: str) -> None:
-    """Every string (and key) in a parsed JSON value is valid text (`check_text`); walked
-    without recursion, so any depth the parser accepted is walked."""
+    """Every string (and key) in a parsed JSON value is valid text (`_text_problem`); walked
+    without recursion, so any depth the parser accepted is walked.
+
+    Raises:
+        JsonFileError: a string that is not.
+    """
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            check_text(item, where)
+            why = _text_problem(item)
+            if why is not None:
+                raise JsonFileError(where, why)
         elif isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())
@@ -160,3 +178,28 @@ def read_jsonl(path: str | os.PathLike, text: str | None = None) -> Iterator[tup
     for number, line in enumerate(text.split("\n"), start=1):
         if line.strip():
             yield number, parse(line, os.fspath(path), number)
+
+
+def field_errors(error: ValidationError) -> str:
+    """One line of a pydantic `ValidationError`: each field's message, "n: Input should be
+    greater than 0; ..." (a validator's own message without pydantic's "Value error, ")."""
+    return "; ".join(
+        (f"{'.'.join(str(x) for x in err['loc'])}: " if err["loc"] else "")
+        + err["msg"].removeprefix("Value error, ") for err in error.errors())
+
+
+def read_model(path: str | os.PathLike, model: type[_Model]) -> _Model:
+    """The pydantic `model` a JSON file holds (`read_json`, then `model.model_validate`).
+
+    Raises:
+        JsonFileError: unreadable, not JSON, or not a valid `model` (each field named).
+    """
+    value = read_json(path)
+    if not isinstance(value, dict):
+        raise JsonFileError(os.fspath(path), f"expected a JSON object of {model.__name__} "
+                                             f"fields, got a {type(value).__name__}")
+    try:
+        return model.model_validate(value)
+    except ValidationError as e:
+        raise JsonFileError(os.fspath(path), f"not a valid {model.__name__}: "
+                                             f"{field_errors(e)}") from None
