@@ -52,6 +52,7 @@ def add_parser(sub, parents: list) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from fasttts.eval.folder_lock import FolderLock
     from fasttts.prm_train.rollouts import RolloutConfig
     from fasttts.prm_train.train import TrainConfig, train_head
 
@@ -61,7 +62,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                max_tokens=args.max_tokens, seed=args.seed),
         layers=args.layers, out_dir=args.output_dir, name=args.name,
         num_threads=args.num_threads)
-    report = train_head(cfg, command="fasttts " + " ".join(sys.argv[1:]))
+    with FolderLock(args.output_dir, "--output-dir"):  # one writer per output folder
+        report = train_head(cfg, command="fasttts " + " ".join(sys.argv[1:]))
     held = report["held_out"]
     print(f"head: {report['head']}")
     print(f"layer {report['layer']}, l2 {report['l2']}: held-out pairwise ranking "
