@@ -183,6 +183,8 @@ KINDS = [
      "argument --data-parallel-size: '-2' is not an integer >= 1"),
     ("serve max-n over the largest budget", ["serve", *SIM, "--max-n", "100000"],
      "max_n: Input should be less than or equal to 4096"),
+    ("serve body limit over 1 GiB", ["serve", *SIM, "--max-request-bytes", "2GiB"],
+     "max_body_bytes: Input should be less than or equal to 1073741824"),
     ("serve empty allowed host", ["serve", *SIM, "--allowed-hosts", ""],
      "argument --allowed-hosts: an empty --allowed-hosts name allows no host"),
 ]

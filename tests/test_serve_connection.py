@@ -83,8 +83,8 @@ def test_a_huge_header_is_refused_with_431_before_the_token_and_memory_stays_fla
 
 def test_headers_that_never_finish_get_408_and_idle_connections_close(server, monkeypatch):
     monkeypatch.setattr(connection, "HEADER_TIMEOUT_S", 1.0)
-    slow = [socket.create_connection(("127.0.0.1", server)) for _ in range(50)]
-    idle = [socket.create_connection(("127.0.0.1", server)) for _ in range(50)]
+    slow = [socket.create_connection(("127.0.0.1", server)) for _ in range(500)]
+    idle = [socket.create_connection(("127.0.0.1", server)) for _ in range(500)]
     try:
         for s in slow:
             s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Drip: a")

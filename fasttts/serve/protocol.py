@@ -59,14 +59,15 @@ class ServerLimits(_Strict):
         max_prompt_chars: most characters of the problem and the system prompt together
             (characters).
         max_body_bytes: most bytes of a request body, refused (413) before it is read whole
-            or parsed (bytes).
+            or parsed (bytes; at most 1 GiB: a body is held whole in memory while it is
+            parsed).
     """
 
     served_model_names: tuple[str, ...] = Field(default=(), strict=False)  # a list is fine
     max_n: int = Field(default=64, gt=0, le=MAX_N)
     max_tokens: int = Field(default=4096, gt=0)
     max_prompt_chars: int = Field(default=8000, gt=0)
-    max_body_bytes: int = Field(default=1 << 20, gt=0)
+    max_body_bytes: int = Field(default=1 << 20, gt=0, le=1 << 30)
 
     @field_validator("served_model_names")
     @classmethod
