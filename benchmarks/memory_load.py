@@ -3,8 +3,10 @@ back once it ends.
 
     python benchmarks/memory_load.py [--clients 64] [--duration 300] [--settle 60]
 
-Starts `fasttts serve --backend sim` in a subprocess on loopback, waits for /health, and
-records its RSS (psutil). Then `--clients` clients each send requests back to back for
+Starts `fasttts serve --backend sim` in a subprocess on loopback, waits for /health, sends
+`--warmup` requests of each search one after another (the first requests import the grader
+and fill the bounded caches: a one-time cost, not one per request), and records its RSS
+(psutil). Then `--clients` clients each send requests back to back for
 `--duration` seconds (methods, n and problems in turn, every request a new problem text and
 seed), and wait for their last answers (the drain). Prints the RSS before, after the drain and
 `--settle` seconds later, the requests and failures, and the KV blocks and sequences /metrics
@@ -45,11 +47,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-async def _client(k: int, base: str, until: float, problems, counts: dict) -> None:
-    """One client: requests back to back until `until` (time.monotonic)."""
+async def _client(k: int, base: str, until: float, problems, counts: dict,
+                  most: int | None = None) -> None:
+    """One client: requests back to back until `until` (time.monotonic), or `most` of them."""
     async with httpx.AsyncClient(timeout=600) as client:
         i = k
-        while time.monotonic() < until:
+        while time.monotonic() < until or (most is not None and counts["requests"] < most):
             problem = problems[i % len(problems)].problem
             body = {"model": "fasttts", "max_tokens": 256, "seed": i,
                     "messages": [{"role": "user", "content": f"({i}) {problem}"}],
@@ -64,10 +67,13 @@ async def _client(k: int, base: str, until: float, problems, counts: dict) -> No
             i += 64 * 1024  # a new problem text and seed every time
 
 
-async def _load(base: str, clients: int, duration: float, problems) -> dict:
+async def _load(base: str, clients: int, duration: float, problems,
+                most: int | None = None) -> dict:
+    """`clients` clients for `duration` seconds (or `most` requests); their counts."""
     counts = {"requests": 0, "failed": 0}
     until = time.monotonic() + duration
-    await asyncio.gather(*(_client(k, base, until, problems, counts) for k in range(clients)))
+    await asyncio.gather(*(_client(k, base, until, problems, counts, most)
+                           for k in range(clients)))
     return counts
 
 
@@ -90,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=300, help="seconds of load")
     p.add_argument("--settle", type=float, default=60, help="seconds to wait after the drain")
     p.add_argument("--max-growth-mib", type=float, default=50)
+    p.add_argument("--warmup", type=int, default=0,
+                   help="requests of each search before the RSS is first taken")
     a = p.parse_args(argv)
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
@@ -100,10 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _wait_ready(base, server)
         proc = psutil.Process(server.pid)
+        problems = load_dataset("gsm8k", limit=500)
+        if a.warmup:
+            asyncio.run(_load(base, 1, 0, problems, a.warmup * len(SEARCHES)))
         before = proc.memory_info().rss
         t0 = time.monotonic()
-        counts = asyncio.run(_load(base, a.clients, a.duration,
-                                   load_dataset("gsm8k", limit=500)))
+        counts = asyncio.run(_load(base, a.clients, a.duration, problems))
         wall = time.monotonic() - t0
         after = proc.memory_info().rss
         metrics = httpx.get(f"{base}/metrics", timeout=10).text

@@ -36,9 +36,11 @@ def add_parser(sub, parents: list) -> None:
     t.add_argument("--data", default=_TRAIN_DATA,
                    help="training problems, JSONL with problem/answer; never an evaluation "
                         "set (default: %(default)s)")
-    t.add_argument("--limit", type=POSITIVE_INT, default=200, help="training problems (default: %(default)s)")
+    t.add_argument("--limit", type=POSITIVE_INT, default=200,
+                   help="training problems (default: %(default)s)")
     t.add_argument("--offset", type=number(int, 0), default=0, help="problems skipped first")
-    t.add_argument("--samples", type=POSITIVE_INT, default=8, help="rollouts per problem (default: %(default)s)")
+    t.add_argument("--samples", type=POSITIVE_INT, default=8,
+                   help="rollouts per problem (default: %(default)s)")
     t.add_argument("--temperature", type=number(float, 0), default=0.8)
     t.add_argument("--max-tokens", type=POSITIVE_INT, default=1024, help="tokens per rollout")
     t.add_argument("--seed", type=int, default=0)

@@ -100,6 +100,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._header_timer = None
         if not self._in_headers or self.transport.is_closing():
             return
+        if self.cycle is not None and not self.cycle.response_complete:
+            self._arm()  # a pipelined request behind one still answering: wait for that
+            return
         if self._header_bytes:
             self._refuse(408, f"the request headers did not arrive within {HEADER_TIMEOUT_S:g} "
                               f"s")
