@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = ["AggStrategy", "VerifierKind", "EngineConfig", "RunConfig", "RuntimeConfig", "SearchConfig", "SimConfig",
-           "VerifierConfig", "add_runtime_defaults", "add_search_check",
+           "VerifierConfig", "MAX_N", "add_runtime_defaults", "add_search_check",
            "DATA_PARALLEL_HELP", "DEFAULT_GENERATOR", "DEFAULT_VERIFIER", "REAL_ENGINE_FIELDS",
            "SIM_GENERATOR", "SIM_VERIFIER", "sim_refuses"]
 
@@ -52,6 +52,11 @@ SIM_VERIFIER = "math-shepherd-7b"
 
 GiB = 1 << 30
 
+#: Most paths one search may ask for (`SearchConfig.n`, and the server's `--max-n`): 8x the
+#: largest budget of the FastTTS paper (512). Every path holds its tokens in host memory; at
+#: this limit the simulator peaked at 354 MB (best-of-N, 1024 tokens per path).
+MAX_N = 4096
+
 #: The method rules of a search configuration, each `check(cfg)` raising ValueError that names
 #: the rule. The methods live a layer up, in `fasttts.search`, which adds its check when it is
 #: imported (`import fasttts` imports it), so every SearchConfig is checked once, when built.
@@ -79,7 +84,7 @@ def add_search_check(check: Callable[[SearchConfig], None]) -> None:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False):
         """A copy, with `update` applied and checked as in a config built anew (pydantic's
@@ -122,7 +127,7 @@ class EngineConfig(_Strict):
             (data_parallel_size above 1 is refused: `DATA_PARALLEL_HELP`).
     """
 
-    model: str
+    model: str = Field(min_length=1)
     dtype: str = "auto"
     kv_cache_memory_bytes: int = Field(default=1 * GiB, gt=0)
     block_size: int | None = Field(default=None, gt=0)
@@ -186,7 +191,7 @@ class SearchConfig(_Strict):
     Attributes:
         method: search method, one of `fasttts.search.METHODS`.
         n: search budget n: beams kept alive per iteration (beam search) or samples
-            (best-of-N).
+            (best-of-N); at most 4096 (`MAX_N`).
         beam_width: children per kept beam; beam search keeps n // beam_width beams.
         num_iterations: most iterations (generate -> verify -> select rounds); the last
             generates to the end.
@@ -216,7 +221,7 @@ class SearchConfig(_Strict):
     """
 
     method: str = "beam_search"
-    n: int = Field(default=8, gt=0)
+    n: int = Field(default=8, gt=0, le=MAX_N)
     beam_width: int = Field(default=4, gt=0)
     num_iterations: int = Field(default=40, gt=0)
     temperature: float = Field(default=0.8, ge=0.0)

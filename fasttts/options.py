@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import BaseModel, Field, ValidationError
 from pydantic.fields import FieldInfo
 
+from fasttts.jsonio import field_errors
 from fasttts.search import SearchConfigError
 
 __all__ = ["add_flags", "attr_docs", "copied_fields", "describe_error", "flag_defaults",
@@ -207,6 +208,4 @@ def describe_error(error: ValidationError) -> str:
              if isinstance(e.get("ctx", {}).get("error"), SearchConfigError)]
     if rules and len(rules) == len(errors):
         return "; ".join(rules)
-    return "invalid configuration: " + "; ".join(
-        (f"{'.'.join(str(x) for x in err['loc'])}: " if err["loc"] else "")
-        + err["msg"].removeprefix("Value error, ") for err in errors)
+    return "invalid configuration: " + field_errors(error)

@@ -6,6 +6,8 @@ generator produced (a known fault of public implementations is the two splitting
 
 from __future__ import annotations
 
+from fasttts.jsonio import check_text
+
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "build_messages", "has_final_answer", "split_steps"]
 
 #: The system prompt of Hugging Face search-and-learn's beam search recipes (step format with a
@@ -31,10 +33,14 @@ def build_messages(problem: str, system_prompt: str | None = None) -> list[dict[
     """Chat messages for one problem: the system prompt, then the problem as the user turn.
 
     Raises:
-        ValueError: the problem is empty or only whitespace.
+        ValueError: the problem is empty or only whitespace, or either text is not valid
+            Unicode (a lone surrogate: undecodable bytes of a command-line argument).
     """
     if not problem or not problem.strip():
         raise ValueError("problem is empty: give the text of a math problem")
+    check_text(problem, "the problem")
+    if system_prompt is not None:
+        check_text(system_prompt, "the system prompt")
     return [
         {"role": "system", "content": system_prompt or DEFAULT_SYSTEM_PROMPT},
         {"role": "user", "content": problem},

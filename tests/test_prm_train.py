@@ -34,6 +34,29 @@ def test_store_resumes_and_sets_damage_aside(tmp_path):
         JsonlStore(path, {"samples": 4})
 
 
+@pytest.mark.parametrize("bad, why", [
+    (b"[" * 100_000 + b"\n", "nested too deeply"),
+    (b'{"id": "c", "x": ' + b"9" * 5000 + b"}\n", "more than 4300 digits"),
+    (b'{"id": "c\xff"}\n', "not UTF-8 text"),
+])
+def test_store_sets_aside_lines_python_cannot_read(tmp_path, bad, why):
+    path = tmp_path / "r.jsonl"
+    JsonlStore(path, {"samples": 2}).append({"id": "a", "x": 1})
+    with open(path, "ab") as f:
+        f.write(bad)
+    with pytest.warns(UserWarning, match=f"line 2: not a record .*{why}"):
+        again = JsonlStore(path, {"samples": 2})
+    assert sorted(again.records) == ["a"] and (tmp_path / "r.jsonl.bad").read_bytes() == bad
+
+
+@pytest.mark.parametrize("text, message", [("{garbled", "r.config.json: invalid JSON"),
+                                           ("[1]", "r.config.json is a JSON list")])
+def test_a_damaged_store_config_is_named_in_one_line(tmp_path, text, message):
+    (tmp_path / "r.config.json").write_text(text)
+    with pytest.raises(StoreConfigError, match=message):
+        JsonlStore(tmp_path / "r.jsonl", {"samples": 2})
+
+
 def test_sample_seed_is_stable_and_distinct():
     assert sample_seed(0, "gsm8k-train-0", 0) == sample_seed(0, "gsm8k-train-0", 0)
     seeds = {sample_seed(0, f"p{i}", j) for i in range(20) for j in range(8)}

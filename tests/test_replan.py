@@ -236,3 +236,23 @@ def test_a_measured_search_tree_replaces_the_estimate_for_the_same_search_shape(
     rp.observe(100, [], tree_tokens=10, search=_cfg(16).search)
     rp.observe(100, [50], tree_tokens=0, search=_cfg(16).search)
     assert rp.measured_tree_len(_cfg(16).search) is None
+
+
+def test_measured_trees_are_kept_for_the_most_recent_search_shapes_only():
+    from fasttts.runtime.replan import MAX_SHAPES
+
+    rp = _replanner(GiB, n=8, min_shift=0.0)
+    base = _cfg(64).search
+
+    def shape(g):  # a client may send any granularity: one new shape per request
+        return base.model_copy(update={"method": "vg_search", "granularity": g})
+
+    rp.observe(100, [900], tree_tokens=64 * 100, search=shape(1))
+    for g in range(2, 10 * MAX_SHAPES):
+        rp.observe(100, [900], tree_tokens=64 * 100, search=shape(g))
+        if g % 7 == 0:  # a shape still in use stays
+            rp.observe(100, [900], tree_tokens=64 * 200, search=shape(1))
+    assert rp.measured_tree_len(shape(2)) is None  # forgotten
+    assert rp.measured_tree_len(shape(10 * MAX_SHAPES - 1)) == 100
+    assert rp.measured_tree_len(shape(1)) is not None
+    assert len(rp._trees) == MAX_SHAPES

@@ -90,6 +90,23 @@ KINDS = [
     ("completions prompt too long", dict(url="/v1/completions",
                                          json={"model": MODEL, "prompt": "x" * 501}), 400,
      "the problem has 501 characters; at most 500"),
+    ("trailing slash", dict(url=CHAT + "/", json=_chat()), 404,
+     "no such endpoint: POST /v1/chat/completions/"),  # was a 307 redirect
+    ("branch_temperature Infinity (not JSON)",
+     dict(content=json.dumps(_chat(tts={"method": "dynamic_branching", "n": 8, "beam_width": 4,
+                                        "branch_temperature": float("inf")})).encode(),
+          headers={"content-type": "application/json"}), 422,
+     "tts.branch_temperature: Input should be a finite number"),  # was 200
+    ("temperature NaN", dict(content=json.dumps(_chat(temperature=float("nan"))).encode(),
+                             headers={"content-type": "application/json"}), 422,
+     "temperature: Input should be a finite number"),
+    ("tts.n over the largest budget", dict(json=_chat(tts={"n": 5000})), 422,
+     "tts.n: Input should be less than or equal to 4096"),
+    ("problem with a lone surrogate",
+     dict(content=b'{"model": "%s", "messages": [{"role": "user", "content": "x\\udc80"}], '
+                  b'"tts": {"method": "best_of_n", "n": 2}}' % MODEL.encode(),
+          headers={"content-type": "application/json"}), 400,
+     "the problem: not valid UTF-8 text"),
 ]
 
 
@@ -274,13 +291,100 @@ def test_sigterm_cancels_in_flight_requests_after_the_drain_limit(tmp_path):
 
 
 @pytest.mark.slow
-def test_memory_stays_flat_under_large_bodies_without_a_token():
+def test_memory_stays_flat_under_large_bodies_and_headers_without_a_token():
     import os
     import subprocess
     import sys
 
     out = subprocess.run([sys.executable, "benchmarks/memory_flat.py", "--bodies", "10",
-                          "--mib", "100", "--max-growth-mib", "50"], capture_output=True,
+                          "--headers", "10", "--mib", "100", "--max-growth-mib", "50",
+                          "--max-health-s", "1"], capture_output=True,
                          text=True, env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "10 x 413, 10 x 401" in out.stdout
+    assert "10 headers of 100 MiB: 10 x 431" in out.stdout  # was buffered whole before a 401
+
+
+def test_a_json_syntax_error_says_where_and_names_no_param(client, state):
+    r = client.post(CHAT, content=b'{"model": 1,,}', headers={"content-type": "application/json"})
+    _assert_clean(r, 422, "invalid request: the body is not valid JSON (Expecting property name "
+                          "enclosed in double quotes at character 12)")
+    assert r.json()["error"]["param"] is None  # was "12", a character offset
+    _assert_idle(client, state)
+
+
+@pytest.fixture
+def local_only(state):
+    state.allowed_hosts = ("127.0.0.1", "localhost", "::1")
+    with TestClient(create_app(state), base_url="http://localhost") as c:
+        yield c
+
+
+@pytest.mark.parametrize("host, status", [
+    ("evil.example", 403), ("evil.example:8000", 403), ("127.0.0.1.evil.example", 403),
+    ("localhost", 200), ("LocalHost:8000", 200), ("127.0.0.1:8000", 200), ("[::1]:8000", 200),
+])
+def test_without_a_key_only_the_allowed_hosts_are_answered(local_only, state, host, status):
+    r = local_only.get("/v1/models", headers={"Host": host})
+    assert r.status_code == status, r.text
+    if status == 403:
+        _assert_clean(r, 403, f"Host {host!r} is not served here")
+        assert r.json()["error"]["type"] == "permission_error"
+    _assert_idle(local_only, state)
+
+
+def test_the_cli_allow_list_follows_the_key_and_the_address():
+    from fasttts.cli import build_parser
+    from fasttts.cli.serve import _allowed_hosts
+
+    def hosts(*argv, key=None):
+        return _allowed_hosts(build_parser().parse_args(["serve", *argv]), key)
+
+    assert hosts() == ("127.0.0.1", "localhost", "127.0.0.1", "::1")
+    assert hosts("--host", "10.0.0.5") == ("10.0.0.5", "localhost", "127.0.0.1", "::1")
+    assert hosts("--host", "0.0.0.0") is None and hosts("--host", "::") is None
+    assert hosts(key="k") is None
+    assert hosts("--allowed-hosts", "tts.example.org", key="k") == ("tts.example.org",)
+    assert hosts("--allowed-hosts", "*") is None
+
+
+def test_the_access_log_cannot_be_forged(client, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="fasttts.access")
+    client.get("/x%0D%0AFORGED%20127.0.0.1:1%20%22POST%20/v1/chat/completions%22%20200")
+    client.get("/y%1b%5b31m%22%5C")
+    lines = [r.getMessage() for r in caplog.records if r.name == "fasttts.access"]
+    assert len(lines) == 2
+    assert all("\r" not in x and "\n" not in x and "\x1b" not in x for x in lines), lines
+    assert ('"GET /x%0D%0AFORGED%20127.0.0.1:1%20%22POST%20/v1/chat/completions%22%20200" 404'
+            in lines[0])
+    assert '"GET /y%1b%5b31m%22%5C" 404' in lines[1]
+
+
+def test_a_queued_request_is_cancelled_at_the_request_timeout():
+    import threading
+    import time
+
+    st = build_state(_cfg(), ServerLimits(max_n=512, max_tokens=4096), max_active=1,
+                     request_timeout_s=1.0)
+    long = _chat(max_tokens=4096, tts={"method": "beam_search", "n": 512, "beam_width": 4,
+                                       "num_iterations": 200})
+    got = {}
+    try:
+        with TestClient(create_app(st)) as c:
+            first = threading.Thread(target=lambda: got.update(first=c.post(CHAT, json=long)))
+            first.start()
+            while st.scheduler.num_active == 0:
+                time.sleep(0.01)
+            start = time.monotonic()
+            queued = c.post(CHAT, json=_chat())  # waits behind the first (max_active 1)
+            waited = time.monotonic() - start
+            first.join(timeout=60)
+            _assert_clean(queued, 504, "request timed out after 1.0 s")
+            assert waited < 3  # was: until the first one ended
+            _assert_clean(got["first"], 504, "request timed out after 1.0 s")
+            _assert_idle(c, st)
+    finally:
+        st.scheduler.close()
+        st.hub.close()

@@ -168,10 +168,24 @@ def test_same_config_twice_gives_byte_identical_files(tmp_path, capsys):
     (["--hardware", "rtx3070ti", "--verifier", "math-shepherd-7b", "--generator",
       "qwen2.5-math-7b"], "do not fit"),
     (["--memory-fraction", "1.5"], "memory_fraction"),
-    (["--sim-workload", "/nonexistent/w.json"], "cannot read workload file"),
+    (["--sim-workload", "/nonexistent/w.json"],
+     "bad workload file /nonexistent/w.json: cannot be read (No such file"),
 ])
 def test_bad_sim_options_fail_before_running(tmp_path, capsys, extra, message):
     out = tmp_path / "o"
     assert main(SIM_ARGS + ["--output-dir", str(out)] + extra) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_tokenizer_encodes_4_byte_chunks_and_round_trips():
+    import random
+
+    rng = random.Random(0)
+    texts = ["", "a", "abcd", "abcde", "héllo wörld ✓ \n\n", "x" * 1001] + [
+        "".join(chr(rng.randint(1, 0x2FFF)) for _ in range(rng.randint(0, 50)))
+        for _ in range(500)]
+    for text in texts:
+        data = text.encode()
+        assert tok.encode(text) == [tok.chunk_id(data[i:i + 4]) for i in range(0, len(data), 4)]
+        assert tok.decode(tok.encode(text)) == text

@@ -14,7 +14,8 @@ before any engine is started where possible, and without writing partial results
 
 One module a job: `parser` (the parser and `main`), `run_options` (the flags that make a
 `RunConfig`), one module per command (`solve`, `evaluate`, `serve`, `plan`, `models`;
-`fasttts.prm_train.command` for `prm`), `sizes` (`parse_size`) and `tables` (rich tables).
+`fasttts.prm_train.command` for `prm`), `sizes` (`parse_size` and bounded numbers) and
+`tables` (rich tables).
 """
 
 from fasttts.cli.parser import build_parser, main

@@ -42,18 +42,18 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         raise ValueError(f"no problems selected from {args.dataset!r} (offset {args.offset}): "
                          f"the dataset is empty or shorter than the offset")
     check_models(cfg)
-    store = ResultStore(args.output_dir, {
+    with ResultStore(args.output_dir, {
         "dataset": args.dataset, "offset": args.offset, "config": cfg.model_dump(mode="json"),
     } | ({"single_sample_baseline": GREEDY_BASELINE} if args.single_sample_baseline else {}),
-        platform=run_platform(cfg))
-    todo = [p for p in problems if p.id not in store.done_ids]
-    if todo:
-        store.check_platform()
-    if len(todo) < len(problems):
-        print(f"skipped {len(problems) - len(todo)} finished problems (already in "
-              f"{store.results}); {len(todo)} to run", file=sys.stderr)
-    summary = (_run(args, cfg, problems, todo, store) if todo
-               else store.summary_of({p.id for p in problems}))
+            platform=run_platform(cfg)) as store:
+        todo = [p for p in problems if p.id not in store.done_ids]
+        if todo:
+            store.check_platform()
+        if len(todo) < len(problems):
+            print(f"skipped {len(problems) - len(todo)} finished problems (already in "
+                  f"{store.results}); {len(todo)} to run", file=sys.stderr)
+        summary = (_run(args, cfg, problems, todo, store) if todo
+                   else store.summary_of({p.id for p in problems}))
     if summary:
         print_summary(summary, args, cfg.sim.hardware, store.recorded_platform)
     return 0

@@ -209,15 +209,16 @@ def run_config(args: argparse.Namespace):
     """
     from fasttts.backends.parallel import check_data_parallel
     from fasttts.config import (DEFAULT_GENERATOR, DEFAULT_VERIFIER, SIM_GENERATOR,
-                                SIM_VERIFIER, EngineConfig, RunConfig, SearchConfig,
-                                VerifierConfig, sim_refuses)
+                                SIM_VERIFIER, RunConfig, SearchConfig, sim_refuses)
     from fasttts.options import flag_values
     from fasttts.search import GIVEN_ONLY
 
     sim = args.backend == "sim"
-    generator = args.generator or (SIM_GENERATOR if sim else DEFAULT_GENERATOR)
-    verifier = args.verifier or (SIM_VERIFIER if sim else DEFAULT_VERIFIER)
-    if args.verifier and args.verifier_kind == "confidence":
+    generator = args.generator if args.generator is not None else (
+        SIM_GENERATOR if sim else DEFAULT_GENERATOR)  # "" is refused by EngineConfig
+    verifier = args.verifier if args.verifier is not None else (
+        SIM_VERIFIER if sim else DEFAULT_VERIFIER)
+    if args.verifier is not None and args.verifier_kind == "confidence":
         raise ValueError("--verifier-kind confidence scores steps with the generator's own token "
                          "log-probabilities and loads no verifier model; drop --verifier")
     check_data_parallel(args.data_parallel_size)
@@ -226,9 +227,10 @@ def run_config(args: argparse.Namespace):
         raise ValueError(sim_refuses(given))
     shared = flag_values(args, _ENGINE_FLAGS, _GIVEN_ENGINE_FLAGS) | {"seed": args.seed}
 
-    def engine(model: str, kv: int | None) -> EngineConfig:
+    def engine(model: str, kv: int | None) -> dict:
+        """An `EngineConfig`'s fields, checked with the RunConfig (errors name the role)."""
         size = {"kv_cache_memory_bytes": kv} if kv else {}  # else the config's default
-        return EngineConfig(model=model, **size, **shared)
+        return {"model": model, **size, **shared}
 
     runtime = runtime_config(args)
     search = [name for model, name in _search_flags() if model is SearchConfig]
@@ -237,11 +239,9 @@ def run_config(args: argparse.Namespace):
         sim=_sim_config(args, runtime),
         runtime=runtime,
         generator=engine(generator, args.generator_kv_cache),
-        verifier=VerifierConfig(kind=args.verifier_kind,
-                                engine=engine(verifier, args.verifier_kv_cache),
-                                agg_strategy=args.agg_strategy,
-                                batch_size=args.verifier_batch_size,
-                                confidence_window=args.confidence_window),
+        verifier={"kind": args.verifier_kind, "engine": engine(verifier, args.verifier_kv_cache),
+                  "agg_strategy": args.agg_strategy, "batch_size": args.verifier_batch_size,
+                  "confidence_window": args.confidence_window},
         search=SearchConfig(**flag_values(args, search, GIVEN_ONLY)),
     )
 

@@ -18,7 +18,6 @@ Every record has ``id``, ``problem`` and ``answer`` strings; the remaining field
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -26,6 +25,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from fasttts.jsonio import JsonFileError, parse, read_text
 
 __all__ = ["DATASETS", "DatasetError", "Problem", "load_dataset", "numeric_answers"]
 
@@ -120,9 +121,9 @@ def load_dataset(
                 "(one JSON object per line with 'problem' and 'answer' fields, optional 'id')"
             )
         try:
-            text = path.read_text(encoding="utf-8-sig")  # tolerate a BOM
-        except UnicodeDecodeError as exc:
-            raise DatasetError(f"{path}: not a UTF-8 text file ({exc})") from exc
+            text = read_text(path)  # a BOM is dropped
+        except JsonFileError as exc:
+            raise DatasetError(str(exc)) from exc
         problems = _parse_jsonl(text, source=str(path), stem=path.stem)
 
     end = None if limit is None else offset + limit
@@ -139,29 +140,18 @@ def numeric_answers(problems: list[Problem]) -> bool:
     return bool(problems) and all(_PLAIN_NUMBER.fullmatch(p.answer.strip()) for p in problems)
 
 
-class _NonFinite(ValueError):
-    pass
-
-
-def _refuse_constant(name: str):
-    """`json.loads`' parse_constant: NaN, Infinity and -Infinity are Python's extension of
-    JSON, not JSON."""
-    raise _NonFinite(name)
-
-
-def _json_object(line: str, where: str) -> dict:
-    """The JSON object on one line (`where`: the source and line, for errors).
+def _json_object(line: str, source: str, lineno: int) -> dict:
+    """The JSON object on line `lineno` of `source` (`fasttts.jsonio.parse`).
 
     Raises:
-        DatasetError: invalid JSON, a non-finite number, not an object.
+        DatasetError: not JSON (invalid, NaN or Infinity, a number too long, nested too deep,
+            a lone surrogate), not an object.
     """
+    where = f"{source}, line {lineno}"
     try:
-        record = json.loads(line, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as exc:
-        raise DatasetError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
-    except _NonFinite as exc:
-        raise DatasetError(f"{where}: {exc} is not a JSON number (not valid JSON); write a "
-                           f"finite number, or the value as a string") from exc
+        record = parse(line, source, lineno)
+    except JsonFileError as exc:
+        raise DatasetError(str(exc)) from exc
     if not isinstance(record, dict):
         raise DatasetError(
             f"{where}: expected a JSON object, got {type(record).__name__}"
@@ -239,7 +229,7 @@ def _parse_jsonl(text: str, source: str, stem: str) -> list[Problem]:
         if not line.strip():
             continue
         where = f"{source}, line {lineno}"
-        record = _json_object(line, where)
+        record = _json_object(line, source, lineno)
         problem, answer = _problem_and_answer(record, where)
         pid = _problem_id(record, where, f"{stem}-{len(problems)}")
         if pid in seen:

@@ -12,12 +12,18 @@ Layout of the output folder:
   whether the path's answer is correct (`trace_line`); rewritten with the summary. The
   simulator fits its workload to it (`fasttts eval --backend sim --sim-workload trace.jsonl`).
 
+One process writes to a folder at a time (`fasttts.eval.folder_lock`: `.fasttts.lock` holds
+the writer's pid while it runs): a second run into the same folder is refused at once, with
+one line naming the first one's pid; a lock left by a killed run is taken over.
+
 Re-running the same command skips the problems already in `results.jsonl`; a line cut short
 by an interrupted run is dropped and that problem is run again, so nothing is lost or
-duplicated. A damaged line elsewhere (not JSON, not an object, no `id`, missing fields) is
-moved to `results.jsonl.bad` with a `ResultsFileWarning` naming its line number; every other
-record is kept and that problem is run again. `summary.json` and `trace.jsonl` are rewritten
-on opening when they do not match the records (a run killed between the two writes).
+duplicated. A damaged line elsewhere (not JSON by `fasttts.jsonio`'s rules, not an object, no
+`id`, missing fields) and a second record of an id (from a run before the lock, or added by
+hand; the first is kept) are moved to `results.jsonl.bad` with a `ResultsFileWarning` naming
+the line; every other record is kept and a problem left without a record is run again.
+`summary.json` and `trace.jsonl` are rewritten on opening when they do not match the records
+(a run killed between the two writes).
 """
 
 from __future__ import annotations
@@ -25,12 +31,15 @@ from __future__ import annotations
 import json
 import os
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fasttts.eval.datasets import Problem
+from fasttts.eval.folder_lock import FolderLock
 from fasttts.eval.metrics import problem_record, single_sample_record, summarize
 from fasttts.eval.voting import ANSWER_RULES
+from fasttts.jsonio import JsonFileError, parse, read_json
 
 __all__ = ["PLATFORM_KEY", "OutputDirError", "ResultStore", "ResultsFileWarning", "problem_line",
            "run_eval", "trace_line"]
@@ -61,22 +70,22 @@ class ResultsFileWarning(UserWarning):
     """A damaged line of results.jsonl was set aside in results.jsonl.bad."""
 
 
-def _record_problem(line: bytes) -> str | None:
-    """Why one results.jsonl line is not a usable record (None if it is one)."""
+def _read_record(line: bytes, source: str, number: int) -> tuple[dict | None, str | None]:
+    """(the record, None) of one results.jsonl line, or (None, why it is not a usable one)."""
     try:
-        record = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        return f"not JSON ({e})"
+        record = parse(line, source, number)
+    except JsonFileError as e:
+        return None, f"not JSON ({e.reason})"
     if not isinstance(record, dict):
-        return f"a JSON {type(record).__name__}, not an object"
+        return None, f"a JSON {type(record).__name__}, not an object"
     if not isinstance(record.get("id"), str):
-        return "no string 'id'"
+        return None, "no string 'id'"
     try:  # the fields the summary and the trace read
         summarize([record])
         trace_line(record)
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        return f"not a problem record ({type(e).__name__}: {e})"
-    return None
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as e:
+        return None, f"not a problem record ({type(e).__name__}: {e})"
+    return record, None
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -94,10 +103,12 @@ def _write_atomic_bytes(path: Path, data: bytes) -> None:
 
 
 class ResultStore:
-    """The append-only output folder of one evaluation configuration.
+    """The append-only output folder of one evaluation configuration, held by one writer
+    (module docstring) until `close` (a context manager; or when it is garbage-collected).
 
     Args:
-        output_dir: the folder (created if missing).
+        output_dir: the folder (created if missing; removed again on `close` if nothing was
+            written).
         config: the JSON-serialisable run configuration (incl. dataset); must equal the
             `config.json` of an existing folder (its `PLATFORM_KEY` entry aside).
         platform: what this run runs on (`fasttts.engines.platform_info.run_platform`),
@@ -106,8 +117,9 @@ class ResultStore:
             prints anywhere.
 
     Raises:
-        OutputDirError: the folder's config differs (names the differing keys), or the path is
-            a file.
+        OutputDirError: the folder's config differs (names the differing keys) or is not a
+            configuration, or the path is a file.
+        fasttts.eval.folder_lock.FolderInUse: another process writes to the folder.
     """
 
     def __init__(self, output_dir: str | os.PathLike, config: dict, platform: dict | None = None):
@@ -126,22 +138,60 @@ class ResultStore:
             if not existing.is_dir() or not os.access(existing, os.W_OK):
                 raise OutputDirError(f"output dir {self.dir} cannot be created: {existing} is "
                                      f"not a writable folder")
-            cfg_path = self.dir / "config.json"
-            if cfg_path.exists():
-                old = json.loads(cfg_path.read_text(encoding="utf-8"))
-                self.recorded_platform = old.pop(PLATFORM_KEY, None)
-                self._refuse("another configuration",
-                             _differences(old, {k: v for k, v in self.config.items()
-                                                if k != PLATFORM_KEY}))
-            self.records = self._load()
+            self._lock = FolderLock(self.dir, "--output-dir").acquire()
         except OSError as e:
             raise OutputDirError(f"output dir {self.dir} cannot be used: {e}") from e
+        self._release = weakref.finalize(self, self._lock.release)
+        try:
+            self._check_config()
+            self.records = self._load()
+        except OSError as e:
+            self.close()
+            raise OutputDirError(f"output dir {self.dir} cannot be used: {e}") from e
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Release the folder (`fasttts.eval.folder_lock`); the records stay readable."""
+        self._release()
+
+    def __enter__(self) -> ResultStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _check_config(self) -> None:
+        """Refuse a folder whose config.json is not this run's configuration.
+
+        Raises:
+            OutputDirError: it differs (names at most 5 differing keys), or it is not a JSON
+                object.
+        """
+        cfg_path = self.dir / "config.json"
+        if not cfg_path.exists():
+            return
+        try:
+            old = read_json(cfg_path)
+        except JsonFileError as e:
+            raise OutputDirError(f"{e}; the folder's configuration cannot be compared with "
+                                 f"this run's: repair the file or use a new --output-dir") from e
+        if not isinstance(old, dict):
+            raise OutputDirError(f"{cfg_path} is a JSON {type(old).__name__}, not a run "
+                                 f"configuration (an object); repair it or use a new "
+                                 f"--output-dir")
+        self.recorded_platform = old.pop(PLATFORM_KEY, None)
+        self._refuse("another configuration", _differences(
+            old, {k: v for k, v in self.config.items() if k != PLATFORM_KEY}))
 
     def _refuse(self, what: str, diff: list[str]) -> None:
+        """Raise OutputDirError naming at most 5 of the differing keys `diff`, if any."""
         if diff:
+            more = f"; and {len(diff) - 5} more" if len(diff) > 5 else ""
             raise OutputDirError(f"output dir {self.dir} holds results of {what} "
-                                 f"({'; '.join(diff)}); use a new --output-dir or the same "
-                                 f"settings")
+                                 f"({'; '.join(diff[:5])}{more}); use a new --output-dir or "
+                                 f"the same settings")
 
     def check_platform(self) -> None:
         """Before running problems into the folder: refuse if its results ran on another
@@ -169,25 +219,33 @@ class ResultStore:
             raise OutputDirError(f"output dir {self.dir} cannot be written: {e}") from e
 
     def _load(self) -> list[dict]:
-        """The records of results.jsonl; a cut-short last line is dropped, damaged lines are
-        moved to results.jsonl.bad (`ResultsFileWarning` per line), and stale summary.json /
-        trace.jsonl are rewritten."""
+        """The records of results.jsonl; a cut-short last line is dropped, damaged lines and
+        second records of an id are moved to results.jsonl.bad (`ResultsFileWarning` per
+        line), and stale summary.json / trace.jsonl are rewritten."""
         if not self.results.exists():
             return []
         data = self.results.read_bytes()
         lines = data.splitlines(keepends=True)
         if lines and not lines[-1].endswith(b"\n"):
             lines.pop()  # cut short by an interrupted run: that problem runs again
-        good, bad = [], []
+        good, bad, records, first = [], [], [], {}
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
-            why = _record_problem(line)
-            (good if why is None else bad).append(line)
-            if why is not None:
+            record, why = _read_record(line, str(self.results), number)
+            if record is not None and record["id"] in first:
+                record, why = None, (f"a second record of id {record['id']!r} (the first, on "
+                                     f"line {first[record['id']]}, is kept)")
+            if record is None:
+                bad.append(line)
+                again = "" if why.startswith("a second") else ", that problem runs again"
                 warnings.warn(f"{self.results} line {number}: {why}; set aside in "
-                              f"{self.results.name}.bad, that problem runs again",
-                              ResultsFileWarning, stacklevel=3)
+                              f"{self.results.name}.bad{again}", ResultsFileWarning,
+                              stacklevel=3)
+                continue
+            first[record["id"]] = number
+            good.append(line)
+            records.append(record)
         if bad:
             with open(self.results.with_name(self.results.name + ".bad"), "ab") as f:
                 f.write(b"".join(bad))
@@ -195,7 +253,6 @@ class ResultStore:
                 os.fsync(f.fileno())
         if b"".join(good) != data:
             _write_atomic_bytes(self.results, b"".join(good))
-        records = [json.loads(line) for line in good]
         if records:
             self.records = records
             self._refresh_summary()
@@ -250,14 +307,22 @@ class ResultStore:
                 return
 
 
+def _short(text: str, limit: int = 60) -> str:
+    """`text`, cut to `limit` characters."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _differences(old, new, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two JSON objects, as "key: old -> new"."""
+    """Dotted keys whose values differ between two JSON objects, as "key: old -> new" (each
+    value cut to 60 characters)."""
     if isinstance(old, dict) and isinstance(new, dict):
         out = []
-        for k in sorted(set(old) | set(new)):
-            out += _differences(old.get(k), new.get(k), f"{prefix}{k}.")
+        for k in sorted(set(old) | set(new), key=str):
+            out += _differences(old.get(k), new.get(k), f"{prefix}{_short(k, 40)}.")
         return out
-    return [] if old == new else [f"{prefix[:-1]}: {old!r} -> {new!r}"]
+    if old == new:
+        return []
+    return [f"{prefix[:-1]}: {_short(repr(old))} -> {_short(repr(new))}"]
 
 
 def run_eval(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from fasttts.cli.sizes import POSITIVE_INT, number
 from fasttts.config import DEFAULT_GENERATOR
 
 __all__ = ["add_parser"]
@@ -22,13 +23,6 @@ def _layers(text: str) -> tuple[int, ...]:
     return layers
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value}: must be a positive integer")
-    return value
-
-
 def add_parser(sub, parents: list) -> None:
     """Add `prm train` to the CLI's subcommands."""
     p = sub.add_parser("prm", parents=parents,
@@ -42,22 +36,25 @@ def add_parser(sub, parents: list) -> None:
     t.add_argument("--data", default=_TRAIN_DATA,
                    help="training problems, JSONL with problem/answer; never an evaluation "
                         "set (default: %(default)s)")
-    t.add_argument("--limit", type=_positive, default=200, help="training problems (default: %(default)s)")
-    t.add_argument("--offset", type=int, default=0, help="problems skipped first")
-    t.add_argument("--samples", type=_positive, default=8, help="rollouts per problem (default: %(default)s)")
-    t.add_argument("--temperature", type=float, default=0.8)
-    t.add_argument("--max-tokens", type=_positive, default=1024, help="tokens per rollout")
+    t.add_argument("--limit", type=POSITIVE_INT, default=200,
+                   help="training problems (default: %(default)s)")
+    t.add_argument("--offset", type=number(int, 0), default=0, help="problems skipped first")
+    t.add_argument("--samples", type=POSITIVE_INT, default=8,
+                   help="rollouts per problem (default: %(default)s)")
+    t.add_argument("--temperature", type=number(float, 0), default=0.8)
+    t.add_argument("--max-tokens", type=POSITIVE_INT, default=1024, help="tokens per rollout")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--layers", type=_layers, default=(8, 12, 16, 20, 24),
                    help="candidate layers, chosen on held-out problems (default: 8,12,16,20,24)")
     t.add_argument("--output-dir", default="runs/prm-train",
                    help="rollouts, features, report and head (resumable; default: %(default)s)")
     t.add_argument("--name", default="", help="the head's verifier name (default: <generator>-ovm)")
-    t.add_argument("--num-threads", type=_positive, default=2, help="CPU threads of the engine")
+    t.add_argument("--num-threads", type=POSITIVE_INT, default=2, help="CPU threads of the engine")
     t.set_defaults(func=_cmd_train)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from fasttts.eval.folder_lock import FolderLock
     from fasttts.prm_train.rollouts import RolloutConfig
     from fasttts.prm_train.train import TrainConfig, train_head
 
@@ -67,7 +64,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                max_tokens=args.max_tokens, seed=args.seed),
         layers=args.layers, out_dir=args.output_dir, name=args.name,
         num_threads=args.num_threads)
-    report = train_head(cfg, command="fasttts " + " ".join(sys.argv[1:]))
+    with FolderLock(args.output_dir, "--output-dir"):  # one writer per output folder
+        report = train_head(cfg, command="fasttts " + " ".join(sys.argv[1:]))
     held = report["held_out"]
     print(f"head: {report['head']}")
     print(f"layer {report['layer']}, l2 {report['l2']}: held-out pairwise ranking "

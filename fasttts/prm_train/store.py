@@ -12,6 +12,8 @@ import os
 import warnings
 from pathlib import Path
 
+from fasttts.jsonio import JsonFileError, parse, read_json
+
 __all__ = ["JsonlStore", "StoreConfigError"]
 
 
@@ -35,7 +37,14 @@ class JsonlStore:
         self.config_path = self.path.with_suffix(".config.json")
         self.config = json.loads(json.dumps(config))
         if self.config_path.exists():
-            old = json.loads(self.config_path.read_text(encoding="utf-8"))
+            try:
+                old = read_json(self.config_path)
+            except JsonFileError as e:
+                raise StoreConfigError(f"{e}; repair it or use another output folder") from e
+            if not isinstance(old, dict):
+                raise StoreConfigError(f"{self.config_path} is a JSON {type(old).__name__}, not "
+                                       f"the settings (an object); repair it or use another "
+                                       f"output folder")
             diff = sorted(k for k in set(old) | set(self.config) if old.get(k) != self.config.get(k))
             if diff:
                 raise StoreConfigError(
@@ -52,9 +61,9 @@ class JsonlStore:
         good, bad = {}, []
         for number, line in enumerate(lines, start=1):
             try:
-                record = json.loads(line)
+                record = parse(line, str(self.path), number)
                 good[record["id"]] = record
-            except (json.JSONDecodeError, UnicodeDecodeError, TypeError, KeyError) as e:
+            except (JsonFileError, TypeError, KeyError) as e:
                 bad.append(line)
                 warnings.warn(f"{self.path} line {number}: not a record ({e}); set aside in "
                               f"{self.path.name}.bad", stacklevel=3)

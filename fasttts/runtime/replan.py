@@ -7,7 +7,8 @@ another n, and the paths' real lengths differ from the first guess (256 + max_to
 `Replanner` keeps the plan in force and, before each request, plans for that request's n and
 the mean path length measured over the last `window` requests, and for the search tree size W
 measured on the last requests of the same search shape (method, n, beam_width, granularity;
-else the planner's estimate):
+else the planner's estimate; the `MAX_SHAPES` shapes used last are remembered, so clients
+that vary their requests cannot grow the server's memory):
 
 - the batch caps (B_pre: the verifier batch, B_dec: the generator's running sequences) change
   whenever the new plan's differ; that costs nothing (vLLM's scheduler admission limit
@@ -27,14 +28,18 @@ the re-split plan (`benchmarks/replan.py`).
 from __future__ import annotations
 
 import statistics
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from fasttts.perf.specs import HardwareSpec, ModelSpec
 from fasttts.runtime.memory_planner import MemoryPlan, plan_within
 from fasttts.runtime.plan_workload import plan_for_run, plan_input
 
-__all__ = ["Replan", "Replanner"]
+__all__ = ["MAX_SHAPES", "Replan", "Replanner"]
+
+#: Search shapes whose measured tree sizes are remembered (the least recently used is
+#: forgotten first).
+MAX_SHAPES = 64
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,7 @@ class Replanner:
         self.generator_kv_bytes, self.verifier_kv_bytes = generator_kv_bytes, verifier_kv_bytes
         self.min_shift = min_shift
         self._lengths: deque[float] = deque(maxlen=window)
-        self._trees: dict[tuple, deque[float]] = {}
+        self._trees: OrderedDict[tuple, deque[float]] = OrderedDict()
         self._window = window
         self.num_replans = self.num_resplits = 0
 
@@ -108,8 +113,12 @@ class Replanner:
             return
         self._lengths.append(prompt_tokens + statistics.fmean(path_tokens))
         if tree_tokens and search is not None:
-            trees = self._trees.setdefault(self._shape(search), deque(maxlen=self._window))
+            shape = self._shape(search)
+            trees = self._trees.setdefault(shape, deque(maxlen=self._window))
             trees.append(tree_tokens / search.n)
+            self._trees.move_to_end(shape)
+            while len(self._trees) > MAX_SHAPES:
+                self._trees.popitem(last=False)
 
     def observe_result(self, result, search) -> None:
         """`observe` a finished search: its `SearchResult` (prompt, returned paths, largest

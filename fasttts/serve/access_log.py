@@ -7,7 +7,10 @@ The request id is the client's `X-Request-ID` header when it sends a usable one 
 digits, `-_.:`, at most 64), else a new random one; the response carries it back in
 `X-Request-ID`, so a client can match its request to the log line. Latency runs from the
 request's arrival to the last byte of the response (a stream's whole length). A request whose
-handler fails before answering is logged with status 500.
+handler fails before answering is logged with status 500. The method and path are logged as
+the client sent them (the path still percent-encoded), with every byte outside printable ASCII,
+and `"` and `\\`, percent-encoded: no client can start a line of its own or send terminal
+escapes (the log line is written before the token is checked, so anyone could try).
 
 `AccessLog` is a plain ASGI middleware, not Starlette's `BaseHTTPMiddleware`: that one would
 hide client disconnects from the endpoints, and cancelling a search on disconnect needs them.
@@ -22,12 +25,29 @@ import uuid
 
 import uvicorn
 
-__all__ = ["AccessLog", "ReadyServer", "start_line"]
+__all__ = ["AccessLog", "ReadyServer", "log_request", "server_url", "start_line"]
 
 logger = logging.getLogger("fasttts.serve")
 access_logger = logging.getLogger("fasttts.access")
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+
+#: The bytes a logged method or path keeps as they are: printable ASCII but `"` and `\`.
+_KEPT = frozenset(range(0x21, 0x7F)) - {ord('"'), ord("\\")}
+
+
+def _shown(raw: bytes) -> str:
+    """`raw` with every byte outside `_KEPT` percent-encoded (one log line, no escapes)."""
+    return "".join(chr(b) if b in _KEPT else f"%{b:02X}" for b in raw)
+
+
+def log_request(client: tuple[str, int] | None, method: bytes, path: bytes, status: int,
+                seconds: float, request_id: str) -> None:
+    """Write one access-log line (module docstring); `method` and `path` as the client sent
+    them (escaped here)."""
+    who = f"{client[0]}:{client[1]}" if client else "-"
+    access_logger.info('%s "%s %s" %d %.3f s request_id=%s', who, _shown(method), _shown(path),
+                       status, seconds, request_id)
 
 
 def _request_id(headers: list[tuple[bytes, bytes]]) -> str:
@@ -66,10 +86,14 @@ class AccessLog:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            client = scope.get("client")
-            who = f"{client[0]}:{client[1]}" if client else "-"
-            access_logger.info('%s "%s %s" %d %.3f s request_id=%s', who, scope["method"],
-                               scope["path"], status, time.monotonic() - start, rid)
+            path = scope.get("raw_path") or scope["path"].encode("utf-8", "backslashreplace")
+            log_request(scope.get("client"), scope["method"].encode("latin-1", "replace"), path,
+                        status, time.monotonic() - start, rid)
+
+
+def server_url(host: str, port: int) -> str:
+    """http://host:port, an IPv6 address in brackets."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def start_line(cfg, served_names, url: str, platform: str = "") -> str:
@@ -99,4 +123,4 @@ class ReadyServer(uvicorn.Server):
         await super().startup(sockets)
         if not self.should_exit and self.servers and self.servers[0].sockets:
             port = self.servers[0].sockets[0].getsockname()[1]
-            self.on_ready(f"http://{self.config.host}:{port}")
+            self.on_ready(server_url(self.config.host, port))

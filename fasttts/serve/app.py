@@ -15,10 +15,12 @@ Endpoints:
   histograms).
 
 Every error uses OpenAI's shape `{"error": {"message", "type", "param", "code"}}` (FastAPI's
-own 404 / 405 too): 422 for a malformed body (each bad field named), 400 for a request the
-server cannot serve, 401 without the bearer token (when one is configured; on every path
-but `/health`, so `/docs` and `/openapi.json` too), 413 for a body over the size limit (both
-checked before the body is read, `fasttts.serve.guard`), 429 when the queue is full, 503 when
+own 404 / 405 too; a path with a trailing slash is a 404, not a redirect): 422 for a
+malformed body (each bad field named; a body that is not JSON says where it stops being
+JSON), 400 for a request the server cannot serve, 401 without the bearer token (when one is
+configured; on every path but `/health`, so `/docs` and `/openapi.json` too), 403 for a Host
+header outside the allowed hosts, 413 for a body over the size limit (all checked before the
+body is read, `fasttts.serve.guard`), 429 when the queue is full, 503 when
 the engine failed under the request (it is restarted), 504 past the request timeout, 500 for
 a server bug (counted in `fasttts_requests_total` like every other status). A streaming
 request that fails before its first search iteration gets the same error response as a
@@ -97,11 +99,17 @@ def _install_error_handlers(app: FastAPI, count: Callable[[int], None]) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, exc: RequestValidationError):
+        count(422)
+        errors = exc.errors()
+        if errors and errors[0].get("type") == "json_invalid":  # loc: ("body", char offset)
+            why = (errors[0].get("ctx") or {}).get("error", "not JSON")
+            return error_response(422, f"invalid request: the body is not valid JSON ({why} "
+                                       f"at character {errors[0]['loc'][-1]})",
+                                  "invalid_request_error")
         parts = []
-        for err in exc.errors():
+        for err in errors:
             loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
             parts.append(f"{loc or 'body'}: {err.get('msg')}")
-        count(422)
         return error_response(422, "invalid request: " + "; ".join(parts), "invalid_request_error",
                               parts[0].split(":")[0] if parts else None)
 
@@ -123,8 +131,9 @@ def _install_error_handlers(app: FastAPI, count: Callable[[int], None]) -> None:
 
 def create_app(state: ServerState) -> FastAPI:
     """The FastAPI app over a running hub and scheduler (module docstring), behind the
-    body-size and token guard (`fasttts.serve.guard`)."""
-    app = FastAPI(title="fasttts", description="test-time scaling server (OpenAI-compatible)")
+    Host, body-size and token guard (`fasttts.serve.guard`)."""
+    app = FastAPI(title="fasttts", description="test-time scaling server (OpenAI-compatible)",
+                  redirect_slashes=False)
     registry, m = _metrics(state)
     names = state.limits.served_model_names
 
@@ -133,7 +142,8 @@ def create_app(state: ServerState) -> FastAPI:
 
     _install_error_handlers(app, count)
     app.add_middleware(RequestGuard, max_body_bytes=state.limits.max_body_bytes,
-                       api_key=state.api_key, on_reject=count)
+                       api_key=state.api_key, allowed_hosts=state.allowed_hosts,
+                       on_reject=count)
     app.add_middleware(AccessLog)  # outermost: one log line per request, 401 / 413 included
 
     @app.get("/health")

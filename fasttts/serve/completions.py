@@ -32,12 +32,15 @@ class ServerState:
         limits: per-request limits and the served model names.
         api_key: bearer token required on every path but /health (None = open; bind to
             127.0.0.1 then, the default).
+        allowed_hosts: the host names a request's Host header may name (None = any;
+            `fasttts.serve.guard`).
     """
 
     hub: EngineHub
     scheduler: Scheduler
     limits: ServerLimits
     api_key: str | None = None
+    allowed_hosts: tuple[str, ...] | None = None
 
 
 def error_response(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:

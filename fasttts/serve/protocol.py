@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
-from fasttts.config import SearchConfig, VerifierConfig
+from fasttts.config import MAX_N, SearchConfig, VerifierConfig
 from fasttts.options import copied_fields, describe_error
 from fasttts.search import GIVEN_ONLY
 
@@ -43,7 +43,7 @@ class BadRequest(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class ServerLimits(_Strict):
@@ -52,20 +52,30 @@ class ServerLimits(_Strict):
     Attributes:
         served_model_names: the model names clients may send, as vLLM's
             `--served-model-name` (`GET /v1/models` lists them); any other name is refused.
-            Empty = the generator's name as configured (`fasttts.serve.build_state` fills it).
-        max_n: most paths one request may search (n).
+            Empty = the generator's name as configured (`fasttts.serve.build_state` fills it);
+            each name has at least one character that is not a space.
+        max_n: most paths one request may search (n; at most 4096, `fasttts.config.MAX_N`).
         max_tokens: most tokens one path may generate (tokens).
         max_prompt_chars: most characters of the problem and the system prompt together
             (characters).
         max_body_bytes: most bytes of a request body, refused (413) before it is read whole
-            or parsed (bytes).
+            or parsed (bytes; at most 1 GiB: a body is held whole in memory while it is
+            parsed).
     """
 
     served_model_names: tuple[str, ...] = Field(default=(), strict=False)  # a list is fine
-    max_n: int = Field(default=64, gt=0)
+    max_n: int = Field(default=64, gt=0, le=MAX_N)
     max_tokens: int = Field(default=4096, gt=0)
     max_prompt_chars: int = Field(default=8000, gt=0)
-    max_body_bytes: int = Field(default=1 << 20, gt=0)
+    max_body_bytes: int = Field(default=1 << 20, gt=0, le=1 << 30)
+
+    @field_validator("served_model_names")
+    @classmethod
+    def _named(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not name.strip() for name in names):
+            raise ValueError(f"a served model name is empty (got {list(names)!r}); clients "
+                             f"send the name, so give each at least one character")
+        return names
 
 
 #: The `SearchConfig` fields a request sets outside `tts`: sampling from OpenAI's own fields

@@ -11,8 +11,9 @@ FastTTS technique) becomes one more state machine in the server's driver loop
 (`fasttts.serve.hub`), so the engine batches the branches of all running requests together
 and the verifier scores all of their paths in shared calls; no thread per request.
 
-A request runs at most `request_timeout_s`; past it, it is cancelled (its sequences aborted,
-its blocks freed). The queue is bounded (`max_queue`; more requests are refused).
+A request waits and runs at most `request_timeout_s` from its submission; past it, it is
+cancelled (taken off the queue, or its sequences aborted and its blocks freed). The queue is
+bounded (`max_queue`; more requests are refused).
 
 With the memory planner on (FastTTS section 4.3.1, re-planned "upon system state changes"),
 the batch caps follow the requests searching now: when one starts or ends, the planner plans
@@ -128,7 +129,8 @@ class Scheduler:
         max_active: most requests searching at once (a safety limit; admission is by free
             decode slots, `fasttts.serve.admission`).
         max_queue: most requests waiting; more are refused with QueueFull.
-        request_timeout_s: most seconds a request may search (None = no limit).
+        request_timeout_s: most seconds a request may wait and search, from its submission
+            (None = no limit).
         replanner: the memory planner's `Replanner` (None = caps fixed at start).
         config: the server's RunConfig (the replanner's workload is built from it).
         apply_plan: sets a plan's caps on the engines (called with the replanner's plan).
@@ -280,8 +282,8 @@ class Scheduler:
                 continue
             now = time.monotonic()
             with self._lock:
-                late = [j for j in self._active.values()
-                        if j.started is not None and now - j.started > self.request_timeout_s]
+                late = [j for j in (*self._queue, *self._active.values())
+                        if now - j.submitted > self.request_timeout_s]
             for job in late:
                 self.cancel(job)
 

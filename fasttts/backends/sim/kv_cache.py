@@ -16,7 +16,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-__all__ = ["KVCacheManager", "KVSeqState"]
+__all__ = ["KVCacheManager", "KVSeqState", "MAX_BLOCKS"]
+
+#: Most blocks one simulated KV cache holds: 1.5x the largest bundled device and model pair
+#: (h200 with a 0.5B model: 693,043 blocks of 16 tokens); the block tables cost about 140 MiB
+#: of host memory at the limit, where a `--hardware` file of 1e18 bytes would need terabytes.
+MAX_BLOCKS = 1 << 20
 
 
 @dataclass
@@ -41,12 +46,19 @@ class KVCacheManager:
         enable_prefix_caching: share and keep full blocks by hash.
 
     Raises:
-        ValueError: num_blocks or block_size < 1.
+        ValueError: num_blocks or block_size < 1, or num_blocks over `MAX_BLOCKS`.
     """
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"need num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}")
+        if num_blocks > MAX_BLOCKS:
+            raise ValueError(
+                f"a simulated KV cache of {num_blocks} blocks ({num_blocks * block_size} "
+                f"tokens) is over the simulator's limit of {MAX_BLOCKS} blocks; give the "
+                f"engines less KV memory (--generator-kv-cache, --verifier-kv-cache, "
+                f"--memory-fraction, a --hardware spec with less memory) or larger blocks "
+                f"(--block-size)")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching

@@ -49,7 +49,6 @@ class SimVerifier(Verifier):
         engine.kv.enable_prefix_caching = incremental
         self.name = f"sim:{engine.model.name} ({'incremental' if incremental else 'whole-path'})"
         self._ids = itertools.count()
-        self._step_ids: dict[str, list[int]] = {}  # steps recur every iteration of a search
 
     def set_batch_size(self, batch_size: int) -> None:
         super().set_batch_size(batch_size)  # validates
@@ -57,15 +56,11 @@ class SimVerifier(Verifier):
 
     def input_ids(self, req: ScoreRequest) -> list[int]:
         """The PRM's input tokens: the problem, then each step (encoded step by step, so a
-        path's input is a prefix of its extension's input)."""
-        if len(self._step_ids) > 1_000_000:
-            self._step_ids.clear()
+        path's input is a prefix of its extension's input). Nothing is kept between calls:
+        encoding is cheaper than a cache that outlives the requests."""
         ids = [tok.USER, *tok.encode(req.problem), tok.ASSISTANT]
         for step in req.steps:
-            enc = self._step_ids.get(step)
-            if enc is None:
-                enc = self._step_ids[step] = tok.encode(step)
-            ids += enc
+            ids += tok.encode(step)
         return ids[: self.engine.max_model_len]
 
     def _waves(self, requests: list[ScoreRequest]) -> list[list[list[int]]]:

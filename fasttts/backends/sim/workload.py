@@ -29,16 +29,16 @@ constants are assumptions, not fitted to a model.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import random
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fasttts.backends.sim import tokenizer as tok
+from fasttts.jsonio import JsonFileError, field_errors, read_jsonl, read_model
 
 __all__ = ["DATASET_DIFFICULTY", "ON_TRACK", "DERAILED", "Workload", "WorkloadModel",
            "problem_difficulty"]
@@ -99,7 +99,7 @@ class WorkloadModel(BaseModel):
         source: "parametric" or the trace the numbers were fitted from.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     step_len_median: float = Field(default=48.0, gt=0)
     step_len_sigma: float = Field(default=0.9, ge=0)
     step_len_min: int = Field(default=8, ge=3)
@@ -118,21 +118,31 @@ class WorkloadModel(BaseModel):
     confidence_noise: float = Field(default=2.0, ge=0)
     source: str = "parametric"
 
+    @model_validator(mode="after")
+    def _ordered_clip(self) -> WorkloadModel:
+        if self.step_len_min > self.step_len_max:
+            raise ValueError(f"step_len_min ({self.step_len_min}) is over step_len_max "
+                             f"({self.step_len_max}); the clip of a step's length needs "
+                             f"min <= max")
+        return self
+
     @classmethod
     def from_file(cls, path: str | Path) -> WorkloadModel:
         """A model from a JSON file of these fields, or fitted from a `trace.jsonl` (see
         `from_trace`).
 
         Raises:
-            ValueError: unreadable file, unknown fields, or an empty trace.
+            ValueError: unreadable file, not JSON, unknown or out-of-range fields, a trace
+                line that is not one, or an empty trace (one line, naming the file and line:
+                `fasttts.jsonio.JsonFileError`).
         """
         path = Path(path)
         try:
             if path.suffix == ".jsonl":
                 return cls.from_trace(path)
-            return cls.model_validate(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError) as e:
-            raise ValueError(f"cannot read workload file {path}: {e}") from e
+            return read_model(path, cls)
+        except JsonFileError as e:
+            raise ValueError(f"bad workload file {e}") from e
 
     @classmethod
     def from_trace(cls, path: str | Path) -> WorkloadModel:
@@ -145,23 +155,31 @@ class WorkloadModel(BaseModel):
         step score of correct vs incorrect paths.
 
         Raises:
+            fasttts.jsonio.JsonFileError: a line that is not JSON or not a trace line (names
+                the file, the line and the field).
             ValueError: no paths with step lengths in the trace.
         """
         lengths: list[int] = []
         steps_per_path: list[int] = []
         logits = {True: [], False: []}
-        for line in Path(path).read_text().splitlines():
-            if not line.strip():
-                continue
-            for p in json.loads(line).get("paths", []):
-                st = [int(x) for x in p.get("step_tokens", []) if x > 0]
+        for number, value in read_jsonl(path):
+            try:
+                if not isinstance(value, dict):
+                    raise TypeError(f"expected a JSON object, got a {type(value).__name__}")
+                paths = _TraceLine.model_validate(value).paths
+            except (TypeError, ValidationError) as e:
+                why = field_errors(e) if isinstance(e, ValidationError) else str(e)
+                raise JsonFileError(f"{path}, line {number}",
+                                    f"not a trace line ({why})") from None
+            for p in paths:
+                st = [x for x in p.step_tokens if x > 0]
                 if not st:
                     continue
                 lengths += st
                 steps_per_path.append(len(st))
-                if p.get("step_scores") and p.get("correct") is not None:
-                    s = min(max(p["step_scores"][-1], 1e-4), 1 - 1e-4)
-                    logits[bool(p["correct"])].append(math.log(s / (1 - s)))
+                if p.step_scores and p.correct is not None:
+                    s = min(max(p.step_scores[-1], 1e-4), 1 - 1e-4)
+                    logits[p.correct].append(math.log(s / (1 - s)))
         if not lengths:
             raise ValueError(f"trace {path} has no paths with step_tokens")
         mean_steps = statistics.fmean(steps_per_path)
@@ -178,6 +196,21 @@ class WorkloadModel(BaseModel):
             if len(pooled) > 2:
                 fields["score_noise"] = statistics.pstdev(pooled)
         return cls(**fields)
+
+
+class _TracePath(BaseModel):
+    """The fields of one path of a trace line that `WorkloadModel.from_trace` reads."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+    step_tokens: list[int] = []
+    step_scores: list[float] | None = None
+    correct: bool | None = None
+
+
+class _TraceLine(BaseModel):
+    """One line of a trace (`fasttts.eval.runner.trace_line`), as `from_trace` reads it."""
+
+    paths: list[_TracePath] = []
 
 
 class Workload:

@@ -7,10 +7,11 @@ can point `--hardware` / `--generator` / `--verifier` at their own JSON file wit
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
+
+from fasttts.jsonio import JsonFileError, read_model
 
 __all__ = ["DTYPE_BYTES", "HardwareSpec", "ModelSpec", "SpecError", "find_model_spec", "hardware_names",
            "load_hardware", "load_model", "model_names", "priced_on"]
@@ -48,7 +49,7 @@ class HardwareSpec(BaseModel):
         source: where the numbers come from.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     name: str
     description: str = ""
     peak_flops: float = Field(gt=0)
@@ -90,7 +91,7 @@ class ModelSpec(BaseModel):
         source: where the numbers come from.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     name: str
     hf_id: str
     num_layers: int = Field(gt=0)
@@ -158,9 +159,9 @@ def _load(kind: str, name_or_path: str, cls):
             raise SpecError(f"unknown {kind[:-1] if kind.endswith('s') else kind} spec "
                             f"{name_or_path!r}; known: {names} (or a path to a .json spec file)")
     try:
-        return cls.model_validate(json.loads(path.read_text()))
-    except (OSError, json.JSONDecodeError, ValidationError) as e:
-        raise SpecError(f"bad spec file {path}: {e}") from e
+        return read_model(path, cls)
+    except JsonFileError as e:
+        raise SpecError(f"bad spec file {e}") from e
 
 
 def _names(kind: str) -> list[str]:
