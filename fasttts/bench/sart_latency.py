@@ -208,21 +208,20 @@ def main(args, rows, recipe: str) -> int:
     out = check_out_dir(args.out)
     rates = _rates(args.rates)
     sizes = SIZES[(args.backend, args.quick)]
-    store = RowStore(out, {"recipe": recipe, "backend": args.backend, "quick": args.quick,
-                           "rates": rates, "sart_t": args.sart_t, "seed": args.seed})
-
     def make_search(row: Row):
         return _search(row, args.max_tokens or (30268 if args.backend == "sim" else 512),
                        args.sart_t)
 
-    if args.backend == "sim":
-        cap, result = run(store, SimBackend(sim_questions(), make_search, args.seed), rows,
-                          sizes, _progress, rates)
-    else:
-        rows = tuple(r for r in rows if r.n == 8 and r.method in REAL_ROWS and not r.params
-                     and not r.runtime)
-        cap, result = _run_real(args, store, rows, sizes, make_search, rates, out)
-    summary = store.write_summary({"capacity": cap, "rows": result})
+    with RowStore(out, {"recipe": recipe, "backend": args.backend, "quick": args.quick,
+                        "rates": rates, "sart_t": args.sart_t, "seed": args.seed}) as store:
+        if args.backend == "sim":
+            cap, result = run(store, SimBackend(sim_questions(), make_search, args.seed), rows,
+                              sizes, _progress, rates)
+        else:
+            rows = tuple(r for r in rows if r.n == 8 and r.method in REAL_ROWS
+                         and not r.params and not r.runtime)
+            cap, result = _run_real(args, store, rows, sizes, make_search, rates, out)
+        summary = store.write_summary({"capacity": cap, "rows": result})
     print(_table([cap, *result], "simulated" if args.backend == "sim" else "wall"))
     print(f"\nwrote {summary}")
     return 0

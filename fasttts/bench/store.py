@@ -1,6 +1,7 @@
 """The append-only record store of a benchmark run (`fasttts bench NAME --out DIR`).
 
-`DIR/config.json` holds the recipe's configuration; `DIR/rows.jsonl` one line per finished
+One run writes to a folder at a time (`fasttts.eval.folder_lock`). `DIR/config.json` holds the
+recipe's configuration; `DIR/rows.jsonl` one line per finished
 row (a configuration at one rate: its summary and its per-request records), written as one
 complete line and synced before the next row starts. Re-running the same command skips the
 rows already there: a line cut short by an interrupted run is dropped (that row runs again),
@@ -16,6 +17,9 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
+
+from fasttts.eval.folder_lock import FolderLock
+from fasttts.jsonio import JsonFileError, parse, read_json
 
 __all__ = ["BenchDirError", "RowStore", "RowsFileWarning", "check_out_dir"]
 
@@ -73,8 +77,12 @@ class RowStore:
         self.rows_path = self.dir / "rows.jsonl"
         cfg = self.dir / "config.json"
         try:
+            self._lock = FolderLock(self.dir, "--out").acquire()
+        except OSError as e:
+            raise BenchDirError(f"--out {self.dir} cannot be used: {e}") from e
+        try:
             if cfg.exists():
-                old = json.loads(cfg.read_text(encoding="utf-8"))
+                old = read_json(cfg)
                 if old != self.config:
                     keys = sorted(k for k in set(old) | set(self.config)
                                   if old.get(k) != self.config.get(k))
@@ -82,10 +90,21 @@ class RowStore:
                                         f"configuration (differs in {', '.join(keys)}); use a "
                                         f"new folder or the same options")
             self.rows = self._load()
-        except (OSError, UnicodeDecodeError, ValueError) as e:
-            if isinstance(e, BenchDirError):
-                raise
-            raise BenchDirError(f"--out {self.dir} cannot be used: {e}") from e
+        except BaseException as e:
+            self.close()
+            if isinstance(e, (OSError, JsonFileError)):
+                raise BenchDirError(f"--out {self.dir} cannot be used: {e}") from e
+            raise
+
+    def close(self) -> None:
+        """Let go of the folder (`fasttts.eval.folder_lock`: one writer per folder)."""
+        self._lock.release()
+
+    def __enter__(self) -> RowStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _load(self) -> list[dict]:
         if not self.rows_path.exists():
@@ -99,10 +118,10 @@ class RowStore:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = parse(line, os.fspath(self.rows_path), number)
                 ok = isinstance(row, dict) and isinstance(row.get("key"), str) \
                     and isinstance(row.get("row"), dict)
-            except ValueError:
+            except JsonFileError:
                 ok = False
             (good if ok else bad).append(line)
             if not ok:
@@ -115,7 +134,7 @@ class RowStore:
             tmp = self.rows_path.with_name(".rows.jsonl.tmp")
             tmp.write_bytes(b"".join(good))
             os.replace(tmp, self.rows_path)
-        return [json.loads(line) for line in good]
+        return [parse(line, os.fspath(self.rows_path)) for line in good]
 
     @property
     def done(self) -> set[str]:

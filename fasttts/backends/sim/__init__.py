@@ -10,9 +10,7 @@ search-and-learn baseline or the sizes a memory plan gives them (planned in
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from fasttts.backends.base import Verifier
 from fasttts.backends.sim.engine import SimEngine, VirtualClock
@@ -21,6 +19,7 @@ from fasttts.backends.sim.longcot import BUILTIN, LongCoTModel, LongCoTWorkload
 from fasttts.backends.sim.verifier import SimVerifier
 from fasttts.backends.sim.workload import Workload, WorkloadModel
 from fasttts.config import RunConfig, SimConfig
+from fasttts.jsonio import JsonFileError, read_json
 from fasttts.perf.specs import HardwareSpec, ModelSpec, load_hardware, load_model, priced_on
 
 __all__ = ["LongCoTWorkload", "MemorySplit", "SimDevice", "SimGenerator", "SimSizes",
@@ -166,9 +165,9 @@ def load_workload(spec: str | None) -> Workload:
         return LongCoTWorkload(LongCoTModel.load(spec))
     if spec.endswith(".json"):
         try:
-            fields = json.loads(Path(spec).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as e:
-            raise ValueError(f"cannot read workload file {spec}: {e}") from e
+            fields = read_json(spec)
+        except JsonFileError as e:
+            raise ValueError(f"cannot read workload file {e}") from None
         if isinstance(fields, dict) and "log_median_loc" in fields:
             return LongCoTWorkload(LongCoTModel.load(spec))
     return Workload(WorkloadModel.from_file(spec))

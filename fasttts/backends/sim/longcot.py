@@ -30,7 +30,6 @@ from wrong branches as much as it does there.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections.abc import Iterator
@@ -39,6 +38,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from fasttts.backends.sim import tokenizer as tok
+from fasttts.jsonio import JsonFileError, read_model
 from fasttts.backends.sim.workload import _WORDS, DERAILED, ON_TRACK, Workload, WorkloadModel, _h
 
 __all__ = ["BUILTIN", "LongCoTModel", "LongCoTWorkload", "mean_length", "skew_normal"]
@@ -107,9 +107,9 @@ class LongCoTModel(BaseModel):
         """
         path = BUILTIN.get(str(name_or_path), Path(name_or_path))
         try:
-            return cls.model_validate(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError, ValueError) as e:
-            raise ValueError(f"cannot read long-CoT workload {path}: {e}") from e
+            return read_model(path, cls)
+        except JsonFileError as e:
+            raise ValueError(f"cannot read long-CoT workload {e}") from None
 
     def question(self, problem: str) -> tuple[float, float]:
         """(log median length, accuracy logit) of a question, from a hash of its text."""
