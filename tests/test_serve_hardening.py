@@ -33,25 +33,25 @@ def _nested(depth: int) -> bytes:
 #: (kind, request keyword arguments, status, message fragment); the body limit is 1 MiB.
 CHAT = "/v1/chat/completions"
 KINDS = [
-    ("stream is a string", dict(json=_chat(stream="yes")), 422,
+    ("stream is a string", dict(json=_chat(stream="yes")), 400,
      "stream: Input should be a valid boolean"),
-    ("tts.n is a bool", dict(json=_chat(tts={"n": True})), 422,
+    ("tts.n is a bool", dict(json=_chat(tts={"n": True})), 400,
      "tts.n: Input should be a valid integer"),
-    ("tts.n is a numeric string", dict(json=_chat(tts={"n": "2"})), 422,
+    ("tts.n is a numeric string", dict(json=_chat(tts={"n": "2"})), 400,
      "tts.n: Input should be a valid integer"),
-    ("temperature is a string", dict(json=_chat(temperature="0.5")), 422,
+    ("temperature is a string", dict(json=_chat(temperature="0.5")), 400,
      "temperature: Input should be a valid number"),
-    ("max_tokens is a float", dict(json=_chat(max_tokens=1.5)), 422, "max_tokens"),
-    ("seed is a string", dict(json=_chat(seed="1")), 422, "seed: Input should be a valid integer"),
-    ("model is null", dict(json=_chat(model=None)), 422, "model: Input should be a valid string"),
-    ("model is a number", dict(json=_chat(model=5)), 422, "model"),
-    ("messages is a string", dict(json=_chat(messages="hi")), 422, "messages"),
-    ("message without content", dict(json=_chat(messages=[{"role": "user"}])), 422,
+    ("max_tokens is a float", dict(json=_chat(max_tokens=1.5)), 400, "max_tokens"),
+    ("seed is a string", dict(json=_chat(seed="1")), 400, "seed: Input should be a valid integer"),
+    ("model is null", dict(json=_chat(model=None)), 400, "model: Input should be a valid string"),
+    ("model is a number", dict(json=_chat(model=5)), 400, "model"),
+    ("messages is a string", dict(json=_chat(messages="hi")), 400, "messages"),
+    ("message without content", dict(json=_chat(messages=[{"role": "user"}])), 400,
      "messages.0.content: Field required"),
     ("name too long", dict(json=_chat(messages=[{"role": "user", "content": "x",
-                                                 "name": "n" * 257}])), 422,
+                                                 "name": "n" * 257}])), 400,
      "messages.0.name: String should have at most 256 characters"),
-    ("user too long", dict(json=_chat(user="u" * 257)), 422,
+    ("user too long", dict(json=_chat(user="u" * 257)), 400,
      "user: String should have at most 256 characters"),
     ("system prompt over the prompt limit",
      dict(json=_chat(messages=[{"role": "system", "content": "s" * 490}, *_user(PROBLEM)])), 400,
@@ -61,18 +61,18 @@ KINDS = [
                                {"role": "system", "content": "b"}, *_user(PROBLEM)])), 400,
      "at most one system message"),
     ("stop as a string", dict(json=_chat(stop="\n")), 400, "stop is not supported"),
-    ("body is an array", dict(json=[_chat()]), 422, "Input should be a valid dictionary"),
-    ("body is a string", dict(json="hello"), 422, "Input should be a valid dictionary"),
-    ("body is null", dict(content=b"null", headers={"content-type": "application/json"}), 422,
+    ("body is an array", dict(json=[_chat()]), 400, "Input should be a valid dictionary"),
+    ("body is a string", dict(json="hello"), 400, "Input should be a valid dictionary"),
+    ("body is null", dict(content=b"null", headers={"content-type": "application/json"}), 400,
      "Field required"),
-    ("tts is a number", dict(json=_chat(tts=5)), 422, "tts"),
-    ("beam_width zero", dict(json=_chat(tts={"beam_width": 0})), 422, "tts.beam_width"),
-    ("lookahead negative", dict(json=_chat(tts={"lookahead": -1})), 422, "tts.lookahead"),
+    ("tts is a number", dict(json=_chat(tts=5)), 400, "tts"),
+    ("beam_width zero", dict(json=_chat(tts={"beam_width": 0})), 400, "tts.beam_width"),
+    ("lookahead negative", dict(json=_chat(tts={"lookahead": -1})), 400, "tts.lookahead"),
     ("deeply nested JSON", dict(content=_nested(200_000),
                                 headers={"content-type": "application/json"}), 400,
      "error parsing the body"),
     ("body not UTF-8", dict(content=b"\xff\xfe{}", headers={"content-type": "application/json"}),
-     422, "JSON"),
+     400, "JSON"),
     ("body over the size limit", dict(content=b" " * ((1 << 20) + 1),
                                       headers={"content-type": "application/json"}), 413,
      "at most 1048576 bytes are allowed"),
@@ -84,8 +84,8 @@ KINDS = [
     ("unknown endpoint", dict(url="/v1/embeddings", json={}), 404,
      "no such endpoint: POST /v1/embeddings"),
     ("completions prompt is a number", dict(url="/v1/completions",
-                                            json={"model": MODEL, "prompt": 5}), 422, "prompt"),
-    ("completions without prompt", dict(url="/v1/completions", json={"model": MODEL}), 422,
+                                            json={"model": MODEL, "prompt": 5}), 400, "prompt"),
+    ("completions without prompt", dict(url="/v1/completions", json={"model": MODEL}), 400,
      "prompt: Field required"),
     ("completions prompt too long", dict(url="/v1/completions",
                                          json={"model": MODEL, "prompt": "x" * 501}), 400,
@@ -95,12 +95,12 @@ KINDS = [
     ("branch_temperature Infinity (not JSON)",
      dict(content=json.dumps(_chat(tts={"method": "dynamic_branching", "n": 8, "beam_width": 4,
                                         "branch_temperature": float("inf")})).encode(),
-          headers={"content-type": "application/json"}), 422,
+          headers={"content-type": "application/json"}), 400,
      "tts.branch_temperature: Input should be a finite number"),  # was 200
     ("temperature NaN", dict(content=json.dumps(_chat(temperature=float("nan"))).encode(),
-                             headers={"content-type": "application/json"}), 422,
+                             headers={"content-type": "application/json"}), 400,
      "temperature: Input should be a finite number"),
-    ("tts.n over the largest budget", dict(json=_chat(tts={"n": 5000})), 422,
+    ("tts.n over the largest budget", dict(json=_chat(tts={"n": 5000})), 400,
      "tts.n: Input should be less than or equal to 4096"),
     ("problem with a lone surrogate",
      dict(content=b'{"model": "%s", "messages": [{"role": "user", "content": "x\\udc80"}], '
@@ -158,7 +158,7 @@ AUTH_KINDS = [
     ("body over the limit with token", dict(content=b"x" * (2 << 20), headers=GOOD), 413,
      "at most 1048576 bytes"),
     ("bad body with token", dict(content=b"{", headers={**GOOD, "content-type":
-                                                        "application/json"}), 422, "JSON"),
+                                                        "application/json"}), 400, "JSON"),
 ]
 
 
@@ -307,7 +307,7 @@ def test_memory_stays_flat_under_large_bodies_and_headers_without_a_token():
 
 def test_a_json_syntax_error_says_where_and_names_no_param(client, state):
     r = client.post(CHAT, content=b'{"model": 1,,}', headers={"content-type": "application/json"})
-    _assert_clean(r, 422, "invalid request: the body is not valid JSON (Expecting property name "
+    _assert_clean(r, 400, "invalid request: the body is not valid JSON (Expecting property name "
                           "enclosed in double quotes at character 12)")
     assert r.json()["error"]["param"] is None  # was "12", a character offset
     _assert_idle(client, state)
@@ -378,7 +378,10 @@ def test_a_queued_request_is_cancelled_at_the_request_timeout():
             while st.scheduler.num_active == 0:
                 time.sleep(0.01)
             start = time.monotonic()
-            queued = c.post(CHAT, json=_chat())  # waits behind the first (max_active 1)
+            # waits behind the first (max_active 1); long too, so it cannot finish between
+            # the first's cancellation and the watchdog's next look (0.5 s), whichever of
+            # queueing or searching it is doing when its second runs out
+            queued = c.post(CHAT, json=long)
             waited = time.monotonic() - start
             first.join(timeout=60)
             _assert_clean(queued, 504, "request timed out after 1.0 s")

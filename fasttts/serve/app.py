@@ -15,9 +15,10 @@ Endpoints:
   histograms).
 
 Every error uses OpenAI's shape `{"error": {"message", "type", "param", "code"}}` (FastAPI's
-own 404 / 405 too; a path with a trailing slash is a 404, not a redirect): 422 for a
+own 404 / 405 too; a path with a trailing slash is a 404, not a redirect): 400 for a
 malformed body (each bad field named; a body that is not JSON says where it stops being
-JSON), 400 for a request the server cannot serve, 401 without the bearer token (when one is
+JSON), as vLLM's OpenAI server answers request validation errors, and 400 for a request the
+server cannot serve, 401 without the bearer token (when one is
 configured; on every path but `/health`, so `/docs` and `/openapi.json` too), 403 for a Host
 header outside the allowed hosts, 413 for a body over the size limit (all checked before the
 body is read, `fasttts.serve.guard`), 429 when the queue is full, 503 when
@@ -94,23 +95,24 @@ def _metrics(state: ServerState) -> tuple[CollectorRegistry, dict]:
 
 
 def _install_error_handlers(app: FastAPI, count: Callable[[int], None]) -> None:
-    """OpenAI-shaped errors for FastAPI's own 422 / 404 / 405 / 400 and for server bugs (500),
-    each counted by status."""
+    """OpenAI-shaped errors for FastAPI's own 404 / 405 / 400, its request validation errors
+    (400, as vLLM's server: FastAPI's own would be 422) and for server bugs (500), each counted
+    by status."""
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, exc: RequestValidationError):
-        count(422)
+        count(400)
         errors = exc.errors()
         if errors and errors[0].get("type") == "json_invalid":  # loc: ("body", char offset)
             why = (errors[0].get("ctx") or {}).get("error", "not JSON")
-            return error_response(422, f"invalid request: the body is not valid JSON ({why} "
+            return error_response(400, f"invalid request: the body is not valid JSON ({why} "
                                        f"at character {errors[0]['loc'][-1]})",
                                   "invalid_request_error")
         parts = []
         for err in errors:
             loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
             parts.append(f"{loc or 'body'}: {err.get('msg')}")
-        return error_response(422, "invalid request: " + "; ".join(parts), "invalid_request_error",
+        return error_response(400, "invalid request: " + "; ".join(parts), "invalid_request_error",
                               parts[0].split(":")[0] if parts else None)
 
     @app.exception_handler(HTTPException)

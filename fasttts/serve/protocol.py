@@ -3,9 +3,9 @@ is checked against.
 
 Requests follow OpenAI's `/v1/chat/completions` and `/v1/completions`; the test-time scaling
 search is chosen by an extra `tts` object (the `openai` client sends it with
-`extra_body={"tts": {...}}`). Unknown fields are refused (422, naming the field), so a typo
+`extra_body={"tts": {...}}`). Unknown fields are refused (400, naming the field), so a typo
 never silently falls back to a default, and types are strict (`"stream": "yes"` or
-`"n": "2"` is a 422, not coerced). Semantic limits (n, max_tokens, prompt size, the served
+`"n": "2"` is a 400, not coerced). Semantic limits (n, max_tokens, prompt size, the served
 model names) are checked by `to_search` against `ServerLimits` (400). Every error has
 OpenAI's shape (`error_body`).
 """
