@@ -51,6 +51,9 @@ class StepRequest:
             extra generations of the same beams in one iteration get distinct ids.
         logprobs: ask for the sampled tokens' log-probabilities and keep them on the beams
             (`fasttts.runtime.token_logprobs`).
+        next_stop: the stop strings of the next iteration, which speculative branches (its
+            children's own requests) are sent with: () when the next iteration is the last
+            one, which generates to the end; None = `(step_delimiter,)`.
     """
 
     prompt_ids: list[int]
@@ -65,6 +68,7 @@ class StepRequest:
     ordered_priorities: bool = False
     tag: str = ""
     logprobs: bool = False
+    next_stop: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -121,7 +125,9 @@ def generate_step(
 
     A beam with a head start (speculative tokens adopted after the last selection) starts from
     them; when they hold its whole step, it needs no sequence at all (in the last iteration,
-    which generates to the end, it continues after them).
+    which generates to the end, it continues after them); when their sequence still runs in
+    the engine (a parked speculative branch), the beam takes that sequence over instead of
+    submitting one.
 
     A beam finishes when the engine emits end-of-sequence ("eos"), the path reaches its token
     budget or the context limit ("length"), the new text holds a complete `\\boxed{}` answer
@@ -140,9 +146,9 @@ def generate_step(
     slots = min(len(phase.pending), generator.max_num_seqs) or 1
     try:
         if speculator is not None:
-            speculator.begin(
-                generator, beams, req.iteration, req.prompt_ids,
-                lambda b, j: phase.params(b, b.beam_id, j, (req.step_delimiter,)), slots)
+            spec_stop = req.next_stop if req.next_stop is not None else (req.step_delimiter,)
+            speculator.begin(generator, beams, req.iteration, req.prompt_ids,
+                             lambda b, j: phase.params(b, b.beam_id, j, spec_stop), slots)
         add, abort = [], []
         while phase.pending:
             updates = yield Generate(add=add, abort=abort)
@@ -199,12 +205,15 @@ class _Phase:
             if head is not None:
                 beam.token_ids.extend(head.token_ids)
                 token_logprobs.adopt_head(beam, head)
-                text0, pieces0 = head.text, [(0, len(head.token_ids))]
+                text0, pieces0 = head.text, [(0, len(head.token_ids))] if head.token_ids else []
                 whole = head.finish_reason in ("eos", "length") or (
                     head.finish_reason == "stop" and req.stop)
                 if whole:
                     _finish_step(beam, head.text, head.finish_reason, req, pieces0)
                     _take_scores(beam, head.step_scores)
+                    continue
+                if head.seq_id is not None:  # a parked speculative branch: go on with it
+                    self._track(head.seq_id, beam, text0, pieces0)
                     continue
             p = self.params(beam, beam.parent_id, beam.branch, req.stop)
             if p is None:
@@ -215,11 +224,17 @@ class _Phase:
             seq_id = f"{req.problem_id}/it{req.iteration}{req.tag}/b{beam.beam_id}"
             adds.append(NewSequence(seq_id, req.prompt_ids + beam.token_ids, p,
                                     rank=position if req.ordered_priorities else 0))
-            self.by_seq[seq_id], self.new_text[seq_id], self.pieces[seq_id] = beam, text0, pieces0
-            self.pending.add(seq_id)
+            self._track(seq_id, beam, text0, pieces0)
             if head is not None and head.finish_reason == "stop":
                 self.head_scores[seq_id] = head.step_scores
         return adds
+
+    def _track(self, seq_id: str, beam: Beam, text0: str,
+               pieces0: list[tuple[int, int]]) -> None:
+        """Route the updates of engine sequence `seq_id` to `beam` from now on; `text0` and
+        `pieces0`: the step's text and update pieces so far (a head start's)."""
+        self.by_seq[seq_id], self.new_text[seq_id], self.pieces[seq_id] = beam, text0, pieces0
+        self.pending.add(seq_id)
 
     def route(self, updates: list[SequenceUpdate], trace: GenerationTrace,
               speculator: SpeculativeBeamExtension | None) -> None:

@@ -21,7 +21,7 @@ from fasttts.beam import Beam
 from fasttts.config import RuntimeConfig, SearchConfig
 from fasttts.progress import IterationProgress
 from fasttts.runtime.branches import run_branches
-from fasttts.runtime.driver import Driver, Score, Search
+from fasttts.runtime.driver import Driver, Generate, Score, Search
 from fasttts.runtime.generation import GenerationTrace, StepRequest, generate_step
 from fasttts.runtime.lookahead_verification import plan_requests
 from fasttts.runtime.lookahead_rollout import lookahead_rollouts
@@ -74,7 +74,9 @@ class SearchResult:
             memory planner's W, `fasttts.runtime.memory_planner`).
         spec: speculative beam extension counters (empty when off): tokens generated
             speculatively, tokens adopted as head starts, branches launched, phases stopped by
-            preemption, lookahead requests sent.
+            preemption, truncated copies adopted, running branches continued by their child,
+            stopped branches refused under `exact` (and their tokens), free slots the cost
+            model left empty, lookahead requests sent and lookahead scores used.
         stopped_early: the method stopped the search with paths still live (SART's M).
         search_stats: the method's own decisions worth reporting (SART: checks, prunings).
         answer_rule: the vote that gives the method's answer ("weighted", "majority", "best").
@@ -225,7 +227,7 @@ class SearchRunner:
         prompt_ids = self.prompt_ids(problem, problem_id)
         rt = self.runtime
         sbe = (SpeculativeBeamExtension(self.cfg.beam_width, rt.spec_truncation_ratio,
-                                        self.cfg.seed, problem_id)
+                                        self.cfg.seed, problem_id, exact=rt.exact is not False)
                if rt.spec_beam_extension else None)
         return _SearchState(problem, problem_id, prompt_ids,
                             make_strategy(self.cfg),  # per-search state starts fresh
@@ -243,7 +245,9 @@ class SearchRunner:
         st.previous = [b.beam_id for b in children]
         st.cost += schedule_cost([b.lineage for b in children])
         if st.sbe is not None:
-            st.sbe.adopt(children, self.generator.decode)
+            drop = st.sbe.adopt(children, self.generator.decode)
+            if drop:  # parked branches no kept child took
+                yield Generate(abort=drop, step=False)
         st.num_sequences += len(children)
         step_req = self._step_request(st, iteration, last)
         t0 = self.generator.now()
@@ -253,6 +257,9 @@ class SearchRunner:
         st.tree_tokens = max(st.tree_tokens, self._tree_tokens(children, before, st.own,
                                                                len(st.prompt_ids)))
         to_score = st.strategy.to_verify(children, iteration)
+        if cfg.lookahead and not last and st.sbe is not None and st.sbe.parked():
+            # the rollouts step the engine: parked branches would generate unseen
+            yield Generate(abort=st.sbe.unpark(), step=False)
         rollouts = ((yield from lookahead_rollouts(self.generator, to_score, cfg.lookahead,
                                                    step_req, st.trace))
                     if cfg.lookahead and not last else {})
@@ -278,6 +285,7 @@ class SearchRunner:
             top_p=cfg.top_p,
             max_tokens=cfg.max_tokens,
             stop=() if last else (cfg.step_delimiter,),
+            next_stop=() if iteration + 1 == st.strategy.num_iterations - 1 else None,
             seed=cfg.seed,
             problem_id=st.problem_id,
             iteration=iteration,
@@ -336,6 +344,9 @@ class SearchRunner:
                 "spec_tokens": sbe.spec_tokens, "head_start_tokens": sbe.used_tokens,
                 "branches": sbe.num_branches, "preempted_phases": sbe.num_stopped,
                 "truncated_head_starts": sbe.num_truncated,
+                "continued_head_starts": sbe.num_continued,
+                "refused_head_starts": sbe.num_refused, "refused_tokens": sbe.refused_tokens,
+                "declined_slots": sbe.num_declined,
                 "lookahead_requests": st.num_lookahead,
                 "lookahead_scores_used": sbe.num_prescored},
         )

@@ -76,9 +76,20 @@ class SearchStrategy(ABC):
     #: decode to their end with no step barrier, checked every `check_interval` decode steps
     #: (`fasttts.runtime.branches`); False = the generate -> verify -> select loop.
     branch_level: ClassVar[bool] = False
+    #: The method runs speculative beam extension when it is on (FastTTS section 4.1): a
+    #: step-level search of more than one iteration, whose beams finish a step before the
+    #: straggler does and have a next step to speculate into; False for single-pass and
+    #: branch-level methods (a `branch_level` class gets False unless it says otherwise),
+    #: which ignore the technique.
+    speculates: ClassVar[bool] = True
     #: The method's default for `RuntimeConfig.incremental_verification` when the run does
     #: not set it (`fasttts.search.runtime_defaults`).
     incremental_default: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.branch_level and "speculates" not in cls.__dict__:
+            cls.speculates = False
 
     def __init__(self, cfg: SearchConfig):
         self.cfg = cfg
