@@ -16,6 +16,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+from fasttts.perf.roofline import DecodeCost
+
 __all__ = ["CacheStats", "GenerationParams", "GeneratorBackend", "ScoreRequest", "SequenceUpdate",
            "Verifier"]
 
@@ -127,11 +129,16 @@ class GeneratorBackend(ABC):
         clock_kind: "wall" (real seconds) or "simulated" (virtual seconds of a simulated
             device); results carry it so simulated numbers are never mistaken for measured.
         max_num_seqs: most sequences the engine runs in one step (its batch slots).
+        cost: the engine's decode-step cost model (`fasttts.perf.roofline.DecodeCost`: its
+            model spec on its device's spec or CPU calibration), or None where no spec is
+            known; speculative beam extension prices its branches on it
+            (`fasttts.runtime.spec_cost`).
     """
 
     max_model_len: int
     clock_kind: str = "wall"
     max_num_seqs: int = 256
+    cost: DecodeCost | None = None
 
     @abstractmethod
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
@@ -234,12 +241,16 @@ class Verifier(ABC):
         needs_logprobs: the verifier reads the generator's token log-probabilities
             (`ScoreRequest.step_logprobs`): the runtime then asks the generator for them
             (`GenerationParams.logprobs`) and fills the requests. A class fact.
+        runner: what runs the model: "vllm" (a paged, prefix-cached vLLM engine) or
+            "transformers" (padded batches, a prefix store of its own: Skywork's value
+            head); the simulator prices a verifier the way its runner runs it. A class fact.
     """
 
     name: str = "verifier"
     supports_incremental: bool = False
     incremental: bool = False
     needs_logprobs: bool = False
+    runner: str = "vllm"
 
     @abstractmethod
     def score(self, requests: list[ScoreRequest]) -> list[list[float]]:

@@ -146,6 +146,11 @@ class EngineInfo:
         return self._driver.engine.max_num_seqs
 
     @property
+    def cost(self):
+        """The engine's decode-step cost model (`GeneratorBackend.cost`), or None."""
+        return self._driver.engine.cost
+
+    @property
     def clock_kind(self) -> str:
         """"wall" or "simulated"."""
         return self._driver.engine.clock_kind

@@ -27,6 +27,7 @@ from fasttts.runtime.lookahead_verification import plan_requests
 from fasttts.runtime.lookahead_rollout import lookahead_rollouts
 from fasttts.runtime.prefix_scheduling import baseline_order, prefix_aware_order, schedule_cost
 from fasttts.runtime.spec_beam_extension import SpeculativeBeamExtension
+from fasttts.runtime.spec_cost import SpeculationCost
 from fasttts.runtime.token_logprobs import outcome_request
 from fasttts.search import make_strategy
 from fasttts.search.base import SearchStrategy
@@ -225,10 +226,13 @@ class SearchRunner:
     def _start(self, problem: str, problem_id: str) -> _SearchState:
         """A fresh search state: the prompt checked, a fresh strategy, the counters read."""
         prompt_ids = self.prompt_ids(problem, problem_id)
-        rt = self.runtime
-        sbe = (SpeculativeBeamExtension(self.cfg.beam_width, rt.spec_truncation_ratio,
-                                        self.cfg.seed, problem_id, exact=rt.exact is not False)
-               if rt.spec_beam_extension else None)
+        rt, sbe = self.runtime, None
+        if rt.spec_beam_extension:
+            cost = self.generator.cost
+            sbe = SpeculativeBeamExtension(
+                self.cfg.beam_width, rt.spec_truncation_ratio, self.cfg.seed, problem_id,
+                exact=rt.exact is not False,
+                cost=None if cost is None else SpeculationCost(cost, self.cfg.beam_width))
         return _SearchState(problem, problem_id, prompt_ids,
                             make_strategy(self.cfg),  # per-search state starts fresh
                             start=self.generator.now(),

@@ -63,6 +63,7 @@ class SkyworkVerifier(Verifier):
     """
 
     supports_incremental = True
+    runner = "transformers"
 
     def __init__(self, cfg: EngineConfig, batch_size: int = 16, incremental: bool = False):
         import torch
