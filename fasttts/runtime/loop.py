@@ -81,6 +81,11 @@ class SearchResult:
         stopped_early: the method stopped the search with paths still live (SART's M).
         search_stats: the method's own decisions worth reporting (SART: checks, prunings).
         answer_rule: the vote that gives the method's answer ("weighted", "majority", "best").
+        runtime_overhead_s: wall seconds the driver loop spent outside engine steps and
+            verifier calls while running this search alone (`Driver.overhead_s`; 0 when a
+            shared driver ran it: a server reports its driver's).
+        engine_step_s: seconds of the generator's engine steps (engine clock), the
+            denominator's other part of `runtime_overhead_frac`.
     """
 
     problem_id: str
@@ -104,11 +109,20 @@ class SearchResult:
     stopped_early: bool = False
     search_stats: dict = field(default_factory=dict)
     answer_rule: str = "weighted"
+    runtime_overhead_s: float = 0.0
+    engine_step_s: float = 0.0
 
     @property
     def latency(self) -> float:
         """End-to-end search time of the problem (s)."""
         return self.end_time - self.start_time
+
+    @property
+    def runtime_overhead_frac(self) -> float | None:
+        """The runtime's share of the generator loop: runtime_overhead_s / (runtime_overhead_s
+        + engine_step_s) (`Driver.runtime_overhead_frac`); None when not measured."""
+        total = self.runtime_overhead_s + self.engine_step_s
+        return self.runtime_overhead_s / total if self.engine_step_s > 0 and total > 0 else None
 
 
 @dataclass
@@ -178,8 +192,10 @@ class SearchRunner:
             ValueError: the problem is empty.
             PromptTooLongError: the prompt does not leave room for one generated token.
         """
-        return Driver(self.generator, self.verifier).run(
-            self.search(problem, problem_id, on_progress))
+        driver = Driver(self.generator, self.verifier)
+        result = driver.run(self.search(problem, problem_id, on_progress))
+        result.runtime_overhead_s, result.engine_step_s = driver.overhead_s, driver.step_time_s
+        return result
 
     def search(self, problem: str, problem_id: str = DEFAULT_PROBLEM_ID, on_progress=None) -> Search:
         """The search of one problem for a driver loop (FastTTS section 3.1): iterations of
