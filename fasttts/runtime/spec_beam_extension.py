@@ -200,6 +200,7 @@ class SpeculativeBeamExtension:
         self._arrivals = generator.num_arrivals()
         self._prompt_ids, self._params_of, self._iteration = prompt_ids, params_of, iteration
         self._order = 0
+        self._priced: dict[tuple[int, int], bool] = {}
         self._active = True
 
     def standard_done(self, beam: Beam, reason: str | None) -> None:
@@ -219,7 +220,8 @@ class SpeculativeBeamExtension:
         if br is None:
             return
         br.token_ids += up.new_token_ids
-        _lp.extend(br, up)
+        if up.new_logprobs:
+            br.token_logprobs += up.new_logprobs
         br.text += up.new_text
         self.spec_tokens += len(up.new_token_ids)
         if up.finished:
@@ -244,11 +246,12 @@ class SpeculativeBeamExtension:
             return [], []
         if generator.num_arrivals() != self._arrivals:
             return [], self.preempt()
-        if self._live and (generator.cache_stats().num_preemptions > self._preemptions
-                           or generator.num_waiting() > 0):
+        waiting = generator.num_waiting() > 0
+        if self._live and (waiting or generator.cache_stats().num_preemptions
+                           > self._preemptions):
             return [], self.preempt()
         free = self._slots - standard_running - len(self._live)
-        if free <= 0 or generator.num_waiting() > 0:
+        if free <= 0 or waiting:
             return [], []
         return self._launch(free, standard_running + len(self._live)), []
 
@@ -262,8 +265,7 @@ class SpeculativeBeamExtension:
             if not open_:
                 return adds
             c = min(open_, key=lambda c: (-c.potential, c.launched, c.order))
-            if self.cost is not None and not self.cost.worth(c.potential, running,
-                                                             self._slots, self._context):
+            if not self._worth(c.potential, running):
                 self.num_declined += 1
                 return adds
             j = c.launched
@@ -281,6 +283,18 @@ class SpeculativeBeamExtension:
             free -= 1
             running += 1
         return adds
+
+    def _worth(self, potential: int, running: int) -> bool:
+        """The cost model's decision for a branch of bin `potential` into a step of `running`
+        sequences (memoised for the phase: the model is evaluated once per pair)."""
+        if self.cost is None:
+            return True
+        key = (potential, running)
+        worth = self._priced.get(key)
+        if worth is None:
+            worth = self._priced[key] = self.cost.worth(potential, running, self._slots,
+                                                        self._context)
+        return worth
 
     def preempt(self) -> list[str]:
         """Stop all speculation now (memory pressure or a new request); tokens are kept.
