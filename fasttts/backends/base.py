@@ -244,6 +244,11 @@ class Verifier(ABC):
         runner: what runs the model: "vllm" (a paged, prefix-cached vLLM engine) or
             "transformers" (padded batches, a prefix store of its own: Skywork's value
             head); the simulator prices a verifier the way its runner runs it. A class fact.
+        score_tolerance: how far two scorings of one step may differ when only the shape of
+            the passes that computed them differs (batch, cached prefix or whole path), from
+            the dtype the model runs in (`fasttts.verifiers.base.SCORE_TOLERANCE`); searches
+            rank scores closer than this as tied (`fasttts.search.base.by_score`). 0 for
+            exact scores (the simulator).
     """
 
     name: str = "verifier"
@@ -251,6 +256,7 @@ class Verifier(ABC):
     incremental: bool = False
     needs_logprobs: bool = False
     runner: str = "vllm"
+    score_tolerance: float = 0.0
 
     @abstractmethod
     def score(self, requests: list[ScoreRequest]) -> list[list[float]]:

@@ -117,6 +117,9 @@ def print_summary(summary: dict, args: argparse.Namespace, hardware: str) -> Non
     t.add_row("completions per problem", f"{summary['num_completions']:.1f}")
     if summary.get("batch_occupancy") is not None:
         t.add_row("generation batch occupancy", f"{summary['batch_occupancy']:.2f}")
+    if summary.get("near_tie_selections"):
+        t.add_row("selections among near-tied scores",
+                  f"{summary['near_tie_selections']} of {summary['selections']}")
     if summary.get("runtime_overhead_frac") is not None:
         t.add_row("runtime overhead (outside engine steps)",
                   f"{summary['runtime_overhead_frac']:.1%}")

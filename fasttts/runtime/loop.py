@@ -30,7 +30,7 @@ from fasttts.runtime.spec_beam_extension import SpeculativeBeamExtension
 from fasttts.runtime.spec_cost import SpeculationCost
 from fasttts.runtime.token_logprobs import outcome_request
 from fasttts.search import make_strategy
-from fasttts.search.base import SearchStrategy
+from fasttts.search.base import SearchStrategy, has_near_tie
 from fasttts.steps import build_messages
 from fasttts.verifiers.base import Verifier, aggregate
 
@@ -81,6 +81,12 @@ class SearchResult:
         stopped_early: the method stopped the search with paths still live (SART's M).
         search_stats: the method's own decisions worth reporting (SART: checks, prunings).
         answer_rule: the vote that gives the method's answer ("weighted", "majority", "best").
+        selections: selections made (step-level methods: one per iteration that went on).
+        near_tie_selections: of those, selections among beams two of whose scores were
+            closer than the verifier's `score_tolerance` (`fasttts.search.base.has_near_tie`):
+            decisions a scoring within the verifier's numerical noise (incremental vs
+            whole-path verification in bfloat16) could have made otherwise; 0 with exact
+            scores (the simulator).
         runtime_overhead_s: wall seconds the driver loop spent outside engine steps and
             verifier calls while running this search alone (`Driver.overhead_s`; 0 when a
             shared driver ran it: a server reports its driver's).
@@ -109,6 +115,8 @@ class SearchResult:
     stopped_early: bool = False
     search_stats: dict = field(default_factory=dict)
     answer_rule: str = "weighted"
+    selections: int = 0
+    near_tie_selections: int = 0
     runtime_overhead_s: float = 0.0
     engine_step_s: float = 0.0
 
@@ -148,6 +156,8 @@ class _SearchState:
     own: dict[int, int] = field(default_factory=dict)  # tokens each node generated
     previous: list[int] = field(default_factory=list)  # generator's last submission order
     prm_previous: list[int] = field(default_factory=list)  # and the PRM's
+    selections: int = 0
+    near_ties: int = 0
 
 
 class SearchRunner:
@@ -232,6 +242,8 @@ class SearchRunner:
             if not live:
                 break
             kept = st.strategy.select(live, finished)
+            st.selections += 1
+            st.near_ties += has_near_tie(live, self.verifier.score_tolerance)
             if self.on_select is not None:
                 self.on_select(iteration, kept)
             if st.strategy.should_stop(completed):
@@ -360,6 +372,8 @@ class SearchRunner:
             stopped_early=stopped_early,
             search_stats=st.strategy.stats(),
             answer_rule=st.strategy.answer_rule,
+            selections=st.selections,
+            near_tie_selections=st.near_ties,
             spec={} if sbe is None else {
                 "spec_tokens": sbe.spec_tokens, "head_start_tokens": sbe.used_tokens,
                 "branches": sbe.num_branches, "preempted_phases": sbe.num_stopped,
