@@ -118,11 +118,10 @@ def print_summary(summary: dict, args: argparse.Namespace, hardware: str) -> Non
     if summary.get("batch_occupancy") is not None:
         t.add_row("generation batch occupancy", f"{summary['batch_occupancy']:.2f}")
     if summary.get("near_tie_selections"):
-        t.add_row("selections among near-tied scores",
+        t.add_row("near-tie selections",
                   f"{summary['near_tie_selections']} of {summary['selections']}")
     if summary.get("runtime_overhead_frac") is not None:
-        t.add_row("runtime overhead (outside engine steps)",
-                  f"{summary['runtime_overhead_frac']:.1%}")
+        t.add_row("runtime overhead", f"{summary['runtime_overhead_frac']:.1%}")
     if summary.get("prefix_cache_hit_rate") is not None:
         t.add_row("generator prefix-cache hit rate", f"{summary['prefix_cache_hit_rate']:.2f}")
     if summary.get("verifier_prefix_cache_hit_rate") is not None:
