@@ -88,8 +88,9 @@ class SearchResult:
             whole-path verification in bfloat16) could have made otherwise; 0 with exact
             scores (the simulator).
         runtime_overhead_s: wall seconds the driver loop spent outside engine steps and
-            verifier calls while running this search alone (`Driver.overhead_s`; 0 when a
-            shared driver ran it: a server reports its driver's).
+            verifier calls while running this search alone (`Driver.overhead_s`); 0 when a
+            shared driver ran it (a server's: `Driver.runtime_overhead_frac` is its whole
+            loop's).
         engine_step_s: seconds of the generator's engine steps (engine clock), the
             denominator's other part of `runtime_overhead_frac`.
     """
