@@ -154,7 +154,8 @@ def speculation_budget(inp, plan, beam_width: int) -> str:
             else f"free slots for beams of bins M >= {filled[-1].potential} only")
     return (f"speculation budget: at {slots} decode slots SBE fills {what}; one more sequence "
             f"adds {_seconds(bins[0].cost_s)} to a full step, a branch saves per step "
-            f"{prices}")
+            f"{prices} (a beam's branch 0 saves 1 + R (B - M) times that with truncation "
+            f"ratio R: its siblings' copies)")
 
 
 def _seconds(s: float) -> str:

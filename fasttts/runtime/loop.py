@@ -261,7 +261,8 @@ class SearchRunner:
             sbe = SpeculativeBeamExtension(
                 self.cfg.beam_width, rt.spec_truncation_ratio, self.cfg.seed, problem_id,
                 exact=rt.exact is not False,
-                cost=None if cost is None else SpeculationCost(cost, self.cfg.beam_width))
+                cost=None if cost is None else SpeculationCost(cost, self.cfg.beam_width,
+                                                               rt.spec_truncation_ratio))
         return _SearchState(problem, problem_id, prompt_ids,
                             make_strategy(self.cfg),  # per-search state starts fresh
                             start=self.generator.now(),

@@ -200,7 +200,7 @@ class SpeculativeBeamExtension:
         self._arrivals = generator.num_arrivals()
         self._prompt_ids, self._params_of, self._iteration = prompt_ids, params_of, iteration
         self._order = 0
-        self._priced: dict[tuple[int, int], bool] = {}
+        self._priced: dict[tuple[int, int, bool], bool] = {}
         self._active = True
 
     def standard_done(self, beam: Beam, reason: str | None) -> None:
@@ -257,16 +257,16 @@ class SpeculativeBeamExtension:
 
     def _launch(self, free: int, running: int) -> list[NewSequence]:
         """Up to `free` new branches, each to the open candidate with the highest M_i (ties:
-        fewer launched, then earlier finish), while the cost model finds the next one worth
-        it at `running` sequences in the step."""
+        fewer launched, then earlier finish) that the cost model finds worth it at `running`
+        sequences in the step (a beam's branch 0, which its siblings' truncated copies share,
+        can be worth it where a likelier beam's next branch is not)."""
         adds: list[NewSequence] = []
         while free > 0:
-            open_ = [c for c in self._cands if c.launched < c.potential]
-            if not open_:
-                return adds
-            c = min(open_, key=lambda c: (-c.potential, c.launched, c.order))
-            if not self._worth(c.potential, running):
-                self.num_declined += 1
+            open_ = sorted((c for c in self._cands if c.launched < c.potential),
+                           key=lambda c: (-c.potential, c.launched, c.order))
+            c = next((c for c in open_ if self._worth(c.potential, running, c.launched)), None)
+            if c is None:
+                self.num_declined += bool(open_)
                 return adds
             j = c.launched
             c.launched += 1
@@ -284,16 +284,16 @@ class SpeculativeBeamExtension:
             running += 1
         return adds
 
-    def _worth(self, potential: int, running: int) -> bool:
-        """The cost model's decision for a branch of bin `potential` into a step of `running`
-        sequences (memoised for the phase: the model is evaluated once per pair)."""
+    def _worth(self, potential: int, running: int, branch: int) -> bool:
+        """The cost model's decision for branch `branch` of a beam of bin `potential` into a
+        step of `running` sequences (memoised for the phase: evaluated once per key)."""
         if self.cost is None:
             return True
-        key = (potential, running)
+        key = (potential, running, branch == 0)
         worth = self._priced.get(key)
         if worth is None:
             worth = self._priced[key] = self.cost.worth(potential, running, self._slots,
-                                                        self._context)
+                                                        self._context, branch)
         return worth
 
     def preempt(self) -> list[str]:

@@ -23,8 +23,13 @@ at most 1: a prior proportional to M_i whose mean over the B bins is the kept fr
 VG-search iteration that keeps every beam adopts more than this: the prior is conservative
 there.)
 
-A branch is launched while P * T(b) / b >= T(r + 1) - T(r): on a GPU at small batch every
-free slot is (the paper's policy); on a CPU only the likeliest bins are.
+With a truncation ratio R > 0 a beam's branch 0 also gives each of the beam's children
+without a branch of their own a copy of about R of its tokens (section 4.1, lines 18-19 of
+Algorithm 1): a beam of potential M_i has B - M_i such children, so branch 0 saves
+(1 + R (B - M_i)) times as much.
+
+A branch is launched while its saving >= T(r + 1) - T(r): on a GPU at small batch every free
+slot is (the paper's policy); on a CPU only the likeliest bins are.
 """
 
 from __future__ import annotations
@@ -65,10 +70,12 @@ class SpeculationCost:
     Args:
         decode: the generator engine's decode-step cost model.
         beam_width: B: the bins, the largest M_i, and the search keeps 1/B of its beams.
+        truncation_ratio: R, the share of branch 0 its siblings' truncated copies take.
     """
 
     decode: DecodeCost
     beam_width: int
+    truncation_ratio: float = 0.0
 
     def keep_probability(self, potential: int) -> float:
         """P that a branch of a beam of potential M_i = `potential` is adopted:
@@ -76,26 +83,31 @@ class SpeculationCost:
         b = self.beam_width
         return min(1.0, 2.0 * potential / (b * (b + 1)))
 
-    def saving(self, potential: int, slots: int, context: int) -> float:
-        """Expected seconds one step of such a branch saves the next iteration: P x T(b)/b
-        at b = `slots` standard sequences of `context` cached tokens."""
+    def saving(self, potential: int, slots: int, context: int, branch: int = 0) -> float:
+        """Expected seconds one step of branch `branch` of such a beam saves the next
+        iteration: P x T(b)/b at b = `slots` standard sequences of `context` cached tokens,
+        x (1 + R (B - M_i)) for branch 0 (its siblings' truncated copies)."""
         if slots < 1:
             return 0.0
-        return self.keep_probability(potential) * self.decode.step(slots, context) / slots
+        copies = self.truncation_ratio * (self.beam_width - potential) if branch == 0 else 0.0
+        return ((1.0 + copies) * self.keep_probability(potential)
+                * self.decode.step(slots, context) / slots)
 
     def cost(self, running: int, context: int) -> float:
         """Seconds one more sequence adds to a step of `running` sequences: T(r+1) - T(r)."""
         return self.decode.step(running + 1, context) - self.decode.step(running, context)
 
-    def worth(self, potential: int, running: int, slots: int, context: int) -> bool:
-        """Whether a branch of a beam of potential `potential` is worth launching into a step
-        of `running` sequences (of `slots` standard ones at the phase's start, `context`
-        cached tokens each)."""
-        return self.saving(potential, slots, context) >= self.cost(running, context)
+    def worth(self, potential: int, running: int, slots: int, context: int,
+              branch: int = 0) -> bool:
+        """Whether branch `branch` of a beam of potential `potential` is worth launching into
+        a step of `running` sequences (of `slots` standard ones at the phase's start,
+        `context` cached tokens each)."""
+        return self.saving(potential, slots, context, branch) >= self.cost(running, context)
 
     def bins(self, slots: int, context: int) -> list[BinPrice]:
-        """Each bin's price when its branch would make the step full (r = slots - 1 running),
-        highest M_i first: the speculation budget `fasttts plan` shows."""
+        """Each bin's price for a branch other than branch 0 (no copies) when it would make
+        the step full (r = slots - 1 running), highest M_i first: the speculation budget
+        `fasttts plan` shows."""
         cost = self.cost(max(slots - 1, 0), context)
-        return [BinPrice(m, self.keep_probability(m), self.saving(m, slots, context), cost)
+        return [BinPrice(m, self.keep_probability(m), self.saving(m, slots, context, 1), cost)
                 for m in range(self.beam_width, 0, -1)]
