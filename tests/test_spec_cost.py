@@ -168,3 +168,19 @@ def test_a_vllm_prm_spec_is_still_priced_on_the_paged_engine():
                     verifier=VerifierConfig(engine=EngineConfig(model="math-shepherd-7b")))
     ver = build_sim(cfg)[1]
     assert ver.runner == "vllm" and ver.hf is None and ver.cache_stats() is not None
+
+
+def test_branch_zero_is_priced_with_its_siblings_truncated_copies():
+    """With R > 0 a kept beam's children without a branch of their own (B - M_i of them) each
+    inherit about R of branch 0: branch 0 saves 1 + R (B - M_i) times what another branch
+    does, so it can be worth a slot where that one is not."""
+    h = load_hardware("rtx4090")
+    decode = DecodeCost(priced_on(load_model("qwen2.5-math-1.5b"), h), h)
+    c = SpeculationCost(decode, 4, truncation_ratio=0.85)
+    for m in (1, 2, 3, 4):
+        assert c.saving(m, 64, 600, branch=0) == pytest.approx(
+            (1 + 0.85 * (4 - m)) * c.saving(m, 64, 600, branch=1))
+    assert SpeculationCost(decode, 4).saving(1, 64, 600, 0) == c.saving(1, 64, 600, 1)
+    cost = c.cost(63, 600)
+    assert not c.worth(1, 63, 64, 600, branch=1) and c.worth(1, 63, 64, 600, branch=0)
+    assert c.saving(1, 64, 600, 1) < cost <= c.saving(1, 64, 600, 0)
