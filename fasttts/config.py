@@ -334,7 +334,7 @@ class RuntimeConfig(_Strict):
     @classmethod
     def _ratio_in_unit_interval(cls, v: float) -> float:
         if not 0.0 <= v <= 1.0:  # also refuses nan
-            raise ValueError(f"spec_truncation_ratio R must be a number within [0, 1] (the mean "
+            raise ValueError(f"R must be a number within [0, 1] (the mean "
                              f"kept fraction of a speculative branch a duplicate inherits; 0 = "
                              f"none), got {v}")
         return v

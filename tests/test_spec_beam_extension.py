@@ -259,7 +259,7 @@ def test_cli_technique_flags(tmp_path, capsys):
                      (["--lookahead-verification"], "needs spec_beam_extension"),
                      (["--offload"], "offload is an option of memory_planner"),
                      (["--spec-beam-extension", "--spec-truncation-ratio", "2"],
-                      "spec_truncation_ratio R must be a number within [0, 1]"),
+                      "spec_truncation_ratio: R must be a number within [0, 1]"),
                      (["--spec-beam-extension", "--spec-truncation-ratio", "-0.5"],
                       "got -0.5"),
                      (["--spec-beam-extension", "--spec-truncation-ratio", "nan"], "got nan"),
