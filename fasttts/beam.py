@@ -21,6 +21,10 @@ class HeadStart:
             keeps them (`Verifier.needs_logprobs`), else empty.
         truncated: a truncated copy of another branch's speculation (R ratio), not this
             beam's own random stream.
+        seq_id: the engine sequence that generated `token_ids` and still runs (the beam's own
+            speculative branch, kept in the engine after its phase): the beam continues it
+            instead of starting a new sequence, so it keeps its random stream exactly; None
+            when the tokens are all there is (a whole step, or a stopped branch).
     """
 
     token_ids: list[int]
@@ -29,6 +33,7 @@ class HeadStart:
     step_scores: list[float] = field(default_factory=list)
     truncated: bool = False
     token_logprobs: list[float] = field(default_factory=list)
+    seq_id: str | None = None
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = ["AggStrategy", "VerifierKind", "EngineConfig", "RunConfig", "RuntimeConfig", "SearchConfig", "SimConfig",
-           "VerifierConfig", "MAX_N", "add_runtime_defaults", "add_search_check",
+           "VerifierConfig", "MAX_N", "add_run_check", "add_runtime_defaults", "add_search_check",
            "DATA_PARALLEL_HELP", "DEFAULT_GENERATOR", "DEFAULT_VERIFIER", "REAL_ENGINE_FIELDS",
            "SIM_GENERATOR", "SIM_VERIFIER", "sim_refuses"]
 
@@ -74,6 +74,19 @@ def add_runtime_defaults(defaults: Callable[[SearchConfig], dict[str, Any]]) -> 
     however often it is added), when a `RunConfig` is built."""
     if defaults not in _RUNTIME_DEFAULTS:
         _RUNTIME_DEFAULTS.append(defaults)
+
+
+#: The rules between a run's runtime and its search method (`RuntimeConfig` options a method
+#: cannot use), registered by `fasttts.search` as `add_run_check` is; `RunConfig` runs them
+#: when it is built, after the method's runtime defaults.
+_RUN_CHECKS: list[Callable[[RunConfig], None]] = []
+
+
+def add_run_check(check: Callable[[RunConfig], None]) -> None:
+    """Check every `RunConfig` built from now on with `check` (once, however often it is
+    added); `check(cfg)` raises ValueError naming the broken rule."""
+    if check not in _RUN_CHECKS:
+        _RUN_CHECKS.append(check)
 
 
 def add_search_check(check: Callable[[SearchConfig], None]) -> None:
@@ -327,7 +340,15 @@ class RuntimeConfig(_Strict):
             for real engines rebuilding, both engines) only when the optimum's verifier share
             moved by more than this fraction of the budget; the batch caps always follow.
         spec_truncation_ratio: mean kept fraction of a kept beam's speculative tokens that its
-            duplicates inherit, R (the paper's best: 0.85; 0 = exact equivalence).
+            duplicates inherit, R in [0, 1] (the paper's best: 0.85; 0 = no copies: every
+            head start is the beam's own random stream).
+        exact: speculative beam extension adopts a head start only when it is exactly what
+            the beam would sample: its own branch, whole or still running (continued in the
+            engine); a branch stopped mid-step by a preemption is dropped instead of resumed
+            from a new random stream (`fasttts.runtime.spec_beam_extension`). Not given = on
+            whenever speculative beam extension is; giving it needs speculative beam
+            extension and a method that runs it (a step-level search of more than one
+            iteration).
     """
 
     #: The techniques FastTTS turns on (`fasttts()`, the command line's --fasttts); offload
@@ -344,7 +365,17 @@ class RuntimeConfig(_Strict):
     incremental_verification: bool | None = None
     plan_seq_len: int | None = Field(default=None, gt=0)
     replan_min_shift: float = Field(default=0.1, ge=0.0, le=1.0)
-    spec_truncation_ratio: float = Field(default=0.85, ge=0.0, le=1.0)
+    spec_truncation_ratio: float = 0.85
+    exact: bool | None = None
+
+    @field_validator("spec_truncation_ratio")
+    @classmethod
+    def _ratio_in_unit_interval(cls, v: float) -> float:
+        if not 0.0 <= v <= 1.0:  # also refuses nan
+            raise ValueError(f"R must be a number within [0, 1] (the mean "
+                             f"kept fraction of a speculative branch a duplicate inherits; 0 = "
+                             f"none), got {v}")
+        return v
 
     @model_validator(mode="after")
     def _lookahead_needs_sbe(self) -> RuntimeConfig:
@@ -353,6 +384,11 @@ class RuntimeConfig(_Strict):
                              "speculative steps); turn both on, e.g. with --fasttts")
         if self.offload and not self.memory_planner:
             raise ValueError("offload is an option of memory_planner; turn the planner on too")
+        if self.exact and not self.spec_beam_extension:
+            raise ValueError("exact is an option of spec_beam_extension (which head starts it "
+                             "adopts); turn speculative beam extension on too, or drop --exact")
+        if self.exact is None:
+            object.__setattr__(self, "exact", self.spec_beam_extension)
         return self
 
     @classmethod
@@ -398,6 +434,8 @@ class RunConfig(_Strict):
                       if k not in self.runtime.model_fields_set}
         if unset:
             object.__setattr__(self, "runtime", self.runtime.model_copy(update=unset))
+        for check in _RUN_CHECKS:
+            check(self)
         return self
 
     @model_validator(mode="after")

@@ -35,31 +35,72 @@ def test_whole_path_prefills_every_path_and_reads_no_cache():
     assert ver.now() > t0
 
 
-def test_incremental_reads_the_prefix_and_scores_the_same():
+def test_incremental_reads_the_prefix_and_prices_only_the_new_tokens():
+    """An incremental request reads its path's whole cached blocks and pays for the rest: its
+    time is the roofline of prefilling (path - cached) tokens on top of the cached context,
+    where the whole-path request prefills the path from scratch."""
+    from fasttts.perf.roofline import SeqWork, step_time
+
     whole = build_sim(_cfg())[1]
     inc = build_sim(_cfg(RuntimeConfig(incremental_verification=True), block_size=4))[1]
     steps = tuple(f"\u2713 step {k} " + "word " * 20 + "\n\n" for k in range(4))
-    assert inc.score([ScoreRequest(PROBLEM, steps[:3], 0)]) == whole.score(
-        [ScoreRequest(PROBLEM, steps[:3], 0)])
-    before = inc.cache_stats()
-    assert inc.score([ScoreRequest(PROBLEM, steps, 3)]) == whole.score(
-        [ScoreRequest(PROBLEM, steps, 3)])
-    stats = inc.cache_stats().since(before)
     full = len(inc.input_ids(ScoreRequest(PROBLEM, steps)))
     prefix = len(inc.input_ids(ScoreRequest(PROBLEM, steps[:3])))
-    assert stats.prefix_cache_queries == full
-    assert stats.prefix_cache_hits == prefix // 4 * 4  # whole blocks of the cached prefix
+    inc.score([ScoreRequest(PROBLEM, steps[:3], 0)])
+    before, t0 = inc.cache_stats(), inc.now()
+    inc.score([ScoreRequest(PROBLEM, steps, 3)])
+    stats = inc.cache_stats().since(before)
+    cached = prefix // 4 * 4  # whole blocks of the cached prefix
+    assert stats.prefix_cache_queries == full and stats.prefix_cache_hits == cached
+    model, hw = inc.engine.model, inc.engine.hw
+    assert inc.now() - t0 == pytest.approx(
+        step_time(model, hw, [SeqWork(full - cached, cached, logits=False)]))
+    t0 = whole.now()
+    whole.score([ScoreRequest(PROBLEM, steps, 3)])
+    assert whole.now() - t0 == pytest.approx(
+        step_time(model, hw, [SeqWork(full, 0, logits=False)]))
 
 
-def test_same_selections_every_iteration_with_incremental_on_or_off():
-    off, _, r_off, _ = _run(RuntimeConfig(), PROBLEM)
-    on, _, r_on, _ = _run(RuntimeConfig(incremental_verification=True), PROBLEM)
-    assert len(off) >= 3 and off == on
-    assert [b.text for b in r_off.completions] == [b.text for b in r_on.completions]
-    # what changes is the price: the verifier reads its cache and takes less time
-    assert r_off.verifier_cache.prefix_cache_hits == 0
-    assert r_on.verifier_cache.prefix_cache_hit_rate > 0.5
-    assert r_on.verifier_time < 0.5 * r_off.verifier_time
+def _recording(ver):
+    """Record the requests of every scoring call of `ver`."""
+    calls, real = [], ver.score
+
+    def score(requests):
+        calls.append(list(requests))
+        return real(requests)
+
+    ver.score = score
+    return calls
+
+
+def test_a_search_prefills_what_each_mode_must_and_no_more():
+    """Over a whole search, the whole-path verifier prefills every scored path whole each
+    call (no cache read), and the incremental one computes, per request and new step, only
+    what is not in whole cached blocks: each count derived from the requests the search sent."""
+    counts = {}
+    for inc in (False, True):
+        cfg = _cfg(RuntimeConfig(incremental_verification=inc), block_size=16)
+        gen, ver = build_sim(cfg)
+        calls = _recording(ver)
+        from fasttts.runtime.loop import SearchRunner
+
+        result = SearchRunner(gen, ver, cfg.search, runtime=cfg.runtime).run(PROBLEM, "p")
+        stats = result.verifier_cache
+        computed = stats.prefix_cache_queries - stats.prefix_cache_hits
+        reqs = [r for c in calls for r in c]
+        if not inc:
+            assert stats.prefix_cache_hits == 0
+            assert computed == sum(len(ver.input_ids(r)) for r in reqs)
+        else:
+            cuts = [ScoreRequest(r.problem, r.steps[:k + 1]) for r in reqs
+                    for k in range(r.start, len(r.steps))]
+            assert stats.prefix_cache_queries == sum(len(ver.input_ids(c)) for c in cuts)
+            # each new step computed once, plus at most one partial block before it
+            new = sum(len(ver.input_ids(c)) - len(ver.input_ids(
+                ScoreRequest(c.problem, c.steps[:-1]))) for c in cuts)
+            assert new <= computed < new + 16 * len(cuts)
+        counts[inc] = computed
+    assert counts[True] < counts[False]
 
 
 def test_offload_is_charged_once_per_iteration():
@@ -140,3 +181,38 @@ def test_incremental_prm_engine_uses_32_token_blocks_on_cpu():
     assert incremental_engine_config(cfg).block_size == 32
     assert incremental_engine_config(cfg).model_copy(update={"block_size": None}) == cfg
     assert incremental_engine_config(EngineConfig(model="m", block_size=128)).block_size == 128
+
+
+def test_score_tolerance_follows_the_runner_and_dtype():
+    from fasttts.verifiers.base import SCORE_TOLERANCE, score_tolerance
+
+    assert score_tolerance("vllm", "float32") == 1e-5
+    assert score_tolerance("vllm", "torch.bfloat16") == SCORE_TOLERANCE["vllm"]["bfloat16"]
+    assert score_tolerance("transformers", "bfloat16") > score_tolerance("vllm", "bfloat16")
+    assert score_tolerance("vllm", "float64") == score_tolerance("vllm", "bfloat16")
+    with pytest.raises(KeyError):
+        score_tolerance("onnx", "float32")
+
+
+def test_near_tie_selections_count_decisions_within_the_verifiers_noise():
+    """A selection among beams two of whose scores are closer than the verifier's tolerance
+    is counted: another scoring within that noise (incremental vs whole path in bfloat16) may
+    have chosen otherwise. Exact scores (tolerance 0) count none."""
+    from fasttts.beam import Beam
+    from fasttts.runtime.loop import SearchRunner
+    from fasttts.search.base import has_near_tie
+
+    beams = [Beam(beam_id=i, score=s) for i, s in enumerate([0.9, 0.5, 0.505, 0.1])]
+    assert has_near_tie(beams, 0.01) and not has_near_tie(beams, 0.005)
+    assert not has_near_tie(beams, 0.0) and not has_near_tie(beams[:1], 1.0)
+    counts = {}
+    for tol in (0.0, 0.05):
+        cfg = _cfg()
+        gen, ver = build_sim(cfg)
+        ver.score_tolerance = tol
+        picked = []
+        result = SearchRunner(gen, ver, cfg.search, on_select=lambda it, kept: picked.append(
+            it)).run(PROBLEM, "p")
+        assert result.selections == len(picked) >= 3
+        counts[tol] = result.near_tie_selections
+    assert counts[0.0] == 0 and 0 < counts[0.05] <= len(picked)

@@ -159,8 +159,8 @@ def test_calibration_fit_prices_a_call_as_the_sum_of_its_engine_steps():
 
 
 def test_a_head_start_longer_than_the_own_step_ends_at_the_next_delimiter():
-    """A sibling's partial step inherited as a head start, longer than the step this seed would
-    write, is finished with the step's own ending: the stream's next tokens reach the
+    """A sibling's partial step inherited as a head start, longer than any step the seed
+    would draw, is finished with the step's own ending: the stream's next tokens reach the
     delimiter before any new step starts (before the fix, it emitted nothing and began the
     next step with no delimiter, merging two steps)."""
     w = Workload(answers={PROBLEM: "4"})
@@ -172,8 +172,39 @@ def test_a_head_start_longer_than_the_own_step_ends_at_the_next_delimiter():
         if t == tok.encode("\n\n")[0]:
             break
     assert own_first[-1] == tok.encode("\n\n")[0]  # seed 3's first step is not the final one
-    inherited = [own_first[0]] + tok.encode(" word" * (len(own_first) + 8))
+    inherited = [own_first[0]] + tok.encode(" word" * (w.model.step_len_max + 8))
     out = list(itertools.islice(w.stream(prompt + inherited, seed), 1))
     assert out == tok.encode("\n\n")
     text = tok.decode(inherited + list(itertools.islice(w.stream(prompt + inherited, seed), 200)))
     assert all(s.count(ON_TRACK) + s.count("\u2717") == 1 for s in split_steps(text, "\n\n"))
+
+
+def _first_step(w, prompt, seed):
+    out = []
+    for t in w.stream(prompt, seed):
+        out.append(t)
+        if t in (tok.encode("\n\n")[0], tok.EOS):
+            return out
+    return out
+
+
+def test_a_new_request_inside_a_step_draws_the_rest_anew_as_vllm_does():
+    """vLLM seeds a fresh sampler for every new request: resubmitting a step's first tokens
+    with the same seed does not continue the stream that wrote them. The simulator does the
+    same (the rest of the step is drawn from the seed and the whole prompt), while a request
+    that starts at a step boundary writes what the seed writes there, in any batch."""
+    w = Workload(answers={PROBLEM: "4"})
+    prompt = tok.encode_chat(build_messages(PROBLEM))
+    resumed_same = 0
+    for seed in range(20):
+        whole = list(w.stream(prompt, seed))
+        step = _first_step(w, prompt, seed)
+        assert whole[:len(step)] == step
+        # the next steps, from the step boundary: the same tokens the first request wrote
+        assert list(w.stream(prompt + step, seed)) == whole[len(step):]
+        cut = max(1, len(step) // 2)
+        rest = _first_step(w, prompt + step[:cut], seed)
+        resumed_same += rest == step[cut:]
+        text = tok.decode(step[:cut] + rest)  # one step: its own marker, no second one
+        assert text.count(ON_TRACK) + text.count("\u2717") == 1
+    assert resumed_same <= 2  # the rest of a resubmitted step is (almost always) another draw

@@ -19,16 +19,17 @@ PROBLEMS = [
 ]
 
 
-def _cfg(runtime, n=16, **sim):
+def _cfg(runtime, n=16, num_iterations=40, **sim):
     return RunConfig(backend="sim", generator=EngineConfig(model="qwen2.5-math-1.5b"),
                      verifier=VerifierConfig(engine=EngineConfig(model="math-shepherd-7b")),
-                     search=SearchConfig(n=n, beam_width=4, seed=1), sim=SimConfig(**sim),
-                     runtime=runtime)
+                     search=SearchConfig(n=n, beam_width=4, seed=1,
+                                         num_iterations=num_iterations),
+                     sim=SimConfig(**sim), runtime=runtime)
 
 
-def _run(runtime, problem, n=16, **sim):
+def _run(runtime, problem, n=16, num_iterations=40, **sim):
     """(selected beams per iteration, completions, result, generator) of one search."""
-    cfg = _cfg(runtime, n, **sim)
+    cfg = _cfg(runtime, n, num_iterations, **sim)
     gen, ver = build_sim(cfg)
     picked = []
     runner = SearchRunner(gen, ver, cfg.search, runtime=cfg.runtime,
@@ -50,10 +51,12 @@ def test_potentials_follow_score_bins():
 
 @pytest.mark.parametrize("problem", PROBLEMS)
 def test_equivalence_speculation_on_off_same_selections_every_iteration(problem):
-    """With R = 0 (duplicates inherit no truncated copy) every head start is the exact stream
-    its beam would have sampled, so selections and completions are identical, with or without
-    LookAhead Verification (a step's score depends only on its prefix) and prefix-aware
-    scheduling (order changes only when each sequence runs)."""
+    """With R = 0 (duplicates inherit no truncated copy) every head start is the child's own
+    request: a branch that ended is what the child samples, a parked one is continued in the
+    engine (the simulator, like vLLM, would draw a resubmitted partial step anew), so
+    selections and completions are identical, with or without LookAhead Verification (a
+    step's score depends only on its prefix) and prefix-aware scheduling (order changes only
+    when each sequence runs)."""
     base = _run(RuntimeConfig(), problem)
     sbe = _run(RuntimeConfig(spec_beam_extension=True, spec_truncation_ratio=0), problem)
     both = _run(RuntimeConfig.fasttts(spec_truncation_ratio=0, prefix_aware_scheduling=True),
@@ -62,7 +65,21 @@ def test_equivalence_speculation_on_off_same_selections_every_iteration(problem)
     assert base[0] == sbe[0] == both[0]
     assert base[1] == sbe[1] == both[1]
     assert sbe[2].spec["head_start_tokens"] > 0 and sbe[2].spec["truncated_head_starts"] == 0
+    assert sbe[2].spec["continued_head_starts"] > 0  # parked branches were taken over
     assert both[2].spec["lookahead_scores_used"] > 0
+
+
+@pytest.mark.parametrize("num_iterations", [2, 3, 4])
+def test_equivalence_when_the_next_iteration_is_the_last(num_iterations):
+    """Branches launched in the iteration before the last one are sent with the last
+    iteration's stop strings (none: it generates to the end), so the child that takes one
+    over goes on to its end as its own request would (with the step delimiter as their stop,
+    selections differed on 2 of these 3 budgets)."""
+    for problem in PROBLEMS:
+        base = _run(RuntimeConfig(), problem, num_iterations=num_iterations)
+        spec = _run(RuntimeConfig.fasttts(spec_truncation_ratio=0), problem,
+                    num_iterations=num_iterations)
+        assert base[0] == spec[0] and base[1] == spec[1]
 
 
 def test_truncated_copies_are_the_only_source_of_divergence(monkeypatch):
@@ -131,6 +148,71 @@ def test_memory_preemption_stops_speculation_and_frees_blocks():
     assert base[0] == spec[0]  # preempted or not, the search decides the same
 
 
+def test_exact_refuses_stopped_branches_that_would_resume_from_a_new_stream():
+    """A preemption aborts speculative branches mid-step. Resubmitted, such a head start's
+    step goes on from a freshly seeded sampler (vLLM, and the simulator since it draws a
+    resubmitted partial step anew): the search then differs from the baseline. `exact` (the
+    default) drops them instead and stays equal."""
+    tiny = dict(generator_kv_cache_bytes=300 * 16 * 28672, verifier_kv_cache_bytes=2 << 30)
+    base = _run(RuntimeConfig(), PROBLEMS[0], n=32, **tiny)
+    exact = _run(RuntimeConfig(spec_beam_extension=True, spec_truncation_ratio=0), PROBLEMS[0],
+                 n=32, **tiny)
+    loose = _run(RuntimeConfig(spec_beam_extension=True, spec_truncation_ratio=0, exact=False),
+                 PROBLEMS[0], n=32, **tiny)
+    assert exact[2].spec["refused_head_starts"] > 0 and exact[2].spec["refused_tokens"] > 0
+    assert loose[2].spec["refused_head_starts"] == 0
+    assert base[0] == exact[0] and base[1] == exact[1]
+    assert base[0] != loose[0]
+
+
+def test_a_parked_branch_is_continued_not_resubmitted():
+    """The branch still generating when the last standard beam ends its step stays in the
+    engine; the kept child that owns its stream takes that sequence over (no new request),
+    the other parked branches are aborted at the selection, and the child's step is exactly
+    what its own request writes."""
+    from fasttts.runtime.driver import Driver, Generate
+    from fasttts.runtime.generation import generate_step
+
+    cfg = _cfg(RuntimeConfig(spec_beam_extension=True))
+    gen, _ = build_sim(cfg)
+    req = StepRequest(prompt_ids=gen.encode_chat(build_messages(PROBLEMS[0])), temperature=0.8,
+                      top_p=1.0, max_tokens=2048, stop=("\n\n",), seed=0, problem_id="p",
+                      iteration=0)
+    req1 = StepRequest(**{**req.__dict__, "iteration": 1})
+    root = Beam(beam_id=0)
+    beams = [root.child(i + 1) for i in range(8)]
+    spec = SpeculativeBeamExtension(4, 0.0, 0, "p")
+    seen = {}
+
+    def search():
+        yield from generate_step(gen, beams, req, GenerationTrace(), spec)
+        seen["parked"] = parked = spec.parked()
+        seen["running"] = gen.num_unfinished()
+        beam_id, branch = int(parked[0].split("/b")[1].split("/")[0]), int(parked[0][-1])
+        owner = next(b for b in beams if b.beam_id == beam_id)
+        children = [owner.child(100 + j) for j in range(branch + 1)]
+        seen["drop"] = spec.adopt(children[-1:], gen.decode)
+        seen["head"] = children[-1].head_start.seq_id
+        yield Generate(abort=seen["drop"], step=False)
+        added = []
+        real_add = gen.add_sequence
+        gen.add_sequence = lambda *a, **k: (added.append(a[0]), real_add(*a, **k))
+        yield from generate_step(gen, children[-1:], req1, GenerationTrace())
+        seen["added"] = added
+        return children[-1], owner
+
+    child, owner = Driver(gen).run(search())
+    assert len(seen["parked"]) >= 2 and seen["running"] == len(seen["parked"])
+    assert seen["head"] == seen["parked"][0] and set(seen["drop"]) == set(seen["parked"][1:])
+    assert seen["added"] == []  # taken over, not resubmitted
+    fresh, _ = build_sim(cfg)
+    own = Beam(beam_id=99, parent_id=owner.beam_id, branch=child.branch,
+               token_ids=list(owner.token_ids), text=owner.text, steps=list(owner.steps))
+    extend_beams(fresh, [own], req1, GenerationTrace())
+    assert child.text == own.text and child.token_ids == own.token_ids
+    assert gen.num_unfinished() == 0 and gen.cache_stats().num_blocks_used == 0
+
+
 def test_speculative_sequences_are_preempted_first():
     """Under memory pressure the engine preempts a speculative sequence, not a standard beam
     that arrived after it."""
@@ -176,7 +258,17 @@ def test_cli_technique_flags(tmp_path, capsys):
                      (["--baseline", "--spec-beam-extension"], "--baseline turns every technique off"),
                      (["--lookahead-verification"], "needs spec_beam_extension"),
                      (["--offload"], "offload is an option of memory_planner"),
-                     (["--spec-beam-extension", "--spec-truncation-ratio", "2"], "spec_truncation_ratio")):
+                     (["--spec-beam-extension", "--spec-truncation-ratio", "2"],
+                      "spec_truncation_ratio: R must be a number within [0, 1]"),
+                     (["--spec-beam-extension", "--spec-truncation-ratio", "-0.5"],
+                      "got -0.5"),
+                     (["--spec-beam-extension", "--spec-truncation-ratio", "nan"], "got nan"),
+                     (["--exact"], "exact is an option of spec_beam_extension"),
+                     (["--fasttts", "--exact", "--method", "best_of_n"],
+                      "--exact applies to speculative beam extension, which method best_of_n "
+                      "does not run"),
+                     (["--fasttts", "--exact", "--method", "sart"],
+                      "which method sart does not run")):
         assert main(args + bad + ["--output-dir", str(tmp_path / "bad")]) == 2
         assert msg in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()

@@ -16,6 +16,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+from fasttts.perf.roofline import DecodeCost
+
 __all__ = ["CacheStats", "GenerationParams", "GeneratorBackend", "ScoreRequest", "SequenceUpdate",
            "Verifier"]
 
@@ -127,11 +129,16 @@ class GeneratorBackend(ABC):
         clock_kind: "wall" (real seconds) or "simulated" (virtual seconds of a simulated
             device); results carry it so simulated numbers are never mistaken for measured.
         max_num_seqs: most sequences the engine runs in one step (its batch slots).
+        cost: the engine's decode-step cost model (`fasttts.perf.roofline.DecodeCost`: its
+            model spec on its device's spec or CPU calibration), or None where no spec is
+            known; speculative beam extension prices its branches on it
+            (`fasttts.runtime.spec_cost`).
     """
 
     max_model_len: int
     clock_kind: str = "wall"
     max_num_seqs: int = 256
+    cost: DecodeCost | None = None
 
     @abstractmethod
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
@@ -234,16 +241,24 @@ class Verifier(ABC):
         needs_logprobs: the verifier reads the generator's token log-probabilities
             (`ScoreRequest.step_logprobs`): the runtime then asks the generator for them
             (`GenerationParams.logprobs`) and fills the requests. A class fact.
-        runs_on: what runs the verifier's model: "vllm" (an engine built from its
-            `EngineConfig`), "transformers", or None (no model). A class fact, reported with
-            the run (`fasttts.engines.platform_info`).
+        runner: what runs the verifier's model: "vllm" (a paged, prefix-cached vLLM engine
+            built from its `EngineConfig`), "transformers" (padded batches, a prefix store of
+            its own: Skywork's value head), or None (no model: the confidence verifier); the
+            simulator prices a verifier the way its runner runs it, and the run reports it
+            (`fasttts.engines.platform_info`). A class fact.
+        score_tolerance: how far two scorings of one step may differ when only the shape of
+            the passes that computed them differs (batch, cached prefix or whole path), from
+            the dtype the model runs in (`fasttts.verifiers.base.SCORE_TOLERANCE`); searches
+            rank scores closer than this as tied (`fasttts.search.base.by_score`). 0 for
+            exact scores (the simulator).
     """
 
     name: str = "verifier"
     supports_incremental: bool = False
     incremental: bool = False
     needs_logprobs: bool = False
-    runs_on: str | None = "vllm"
+    runner: str | None = "vllm"
+    score_tolerance: float = 0.0
 
     @abstractmethod
     def score(self, requests: list[ScoreRequest]) -> list[list[float]]:

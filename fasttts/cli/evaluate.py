@@ -132,6 +132,11 @@ def print_summary(summary: dict, args: argparse.Namespace, hardware: str,
     t.add_row("completions per problem", f"{summary['num_completions']:.1f}")
     if summary.get("batch_occupancy") is not None:
         t.add_row("generation batch occupancy", f"{summary['batch_occupancy']:.2f}")
+    if summary.get("near_tie_selections"):
+        t.add_row("near-tie selections",
+                  f"{summary['near_tie_selections']} of {summary['selections']}")
+    if summary.get("runtime_overhead_frac") is not None:
+        t.add_row("runtime overhead", f"{summary['runtime_overhead_frac']:.1%}")
     if summary.get("prefix_cache_hit_rate") is not None:
         t.add_row("generator prefix-cache hit rate", f"{summary['prefix_cache_hit_rate']:.2f}")
     if summary.get("verifier_prefix_cache_hit_rate") is not None:

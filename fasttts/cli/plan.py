@@ -157,6 +157,34 @@ def _cmd_plan(args: argparse.Namespace) -> int:
           f"S_cache={inp.s_cache} tokens (times predicted by the roofline model)")
     print(f"search: {args.method}: {inp.iterations} iterations, search tree {inp.tree_tokens} "
           f"tokens")
-    for line in explain_plan(inp, plan, static, alt, considered=not args.no_offload):
+    for line in [*explain_plan(inp, plan, static, alt, considered=not args.no_offload),
+                 speculation_budget(inp, plan, args.beam_width)]:
         print(textwrap.fill(line, width, initial_indent="- ", subsequent_indent="  "))
     return 0
+
+
+def speculation_budget(inp, plan, beam_width: int) -> str:
+    """One line: which bins speculative beam extension fills free slots for under `plan`
+    (`fasttts.runtime.spec_cost`: at b = min(N, B_dec) standard sequences of S_cache tokens,
+    a branch of bin M_i is launched when its expected saving beats the step time it adds)."""
+    from fasttts.perf.roofline import DecodeCost
+    from fasttts.runtime.spec_cost import SpeculationCost
+
+    slots = max(1, min(inp.num_requests, plan.b_dec))
+    bins = SpeculationCost(DecodeCost(inp.generator, inp.hardware), beam_width).bins(
+        slots, inp.s_cache)
+    filled = [b for b in bins if b.worth]
+    prices = "; ".join(f"M={b.potential}: P={b.keep_probability:.2f}, saves "
+                       f"{_seconds(b.saving_s)}" for b in bins)
+    what = ("every free slot (all bins, the paper's policy)" if len(filled) == len(bins)
+            else "no slot (no bin saves what it costs)" if not filled
+            else f"free slots for beams of bins M >= {filled[-1].potential} only")
+    return (f"speculation budget: at {slots} decode slots SBE fills {what}; one more sequence "
+            f"adds {_seconds(bins[0].cost_s)} to a full step, a branch saves per step "
+            f"{prices} (a beam's branch 0 saves 1 + R (B - M) times that with truncation "
+            f"ratio R: its siblings' copies)")
+
+
+def _seconds(s: float) -> str:
+    """A short time: microseconds below a millisecond, else milliseconds."""
+    return f"{s * 1e6:.1f} us" if s < 1e-3 else f"{s * 1e3:.2f} ms"

@@ -75,6 +75,8 @@ def print_solution(record: dict) -> None:
         f"(generator {record['generator_time_s']:.1f} s, verifier "
         f"{record['verifier_time_s']:.1f} s)  precise goodput "
         f"{record['precise_goodput_tok_s']:.1f} tok/s"
+        + (f"  runtime overhead {record['runtime_overhead_frac']:.1%}"
+           if record.get("runtime_overhead_frac") is not None else "")
     )
 
 

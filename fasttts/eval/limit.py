@@ -43,7 +43,7 @@ def limit_seconds(generator: ModelSpec, verifier: ModelSpec, hw: HardwareSpec, n
         raise ValueError(f"need n >= 1 and token counts >= 0, got n={n}, "
                          f"G={tokens_generated}, prompt={prompt_tokens}")
     steps = math.ceil(tokens_generated / n)
-    decode = step_time(generator, hw, StepShape.uniform(n, 1, int(mean_path_tokens // 2)))
+    decode = step_time(generator, hw, StepShape.decode(n, int(mean_path_tokens // 2)))
     unique = prompt_tokens + tokens_generated
     full, rest = divmod(unique, chunk)
     t_ver = full * step_time(verifier, hw, StepShape.uniform(1, chunk, 0, logits=False))

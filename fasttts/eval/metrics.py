@@ -141,6 +141,9 @@ def problem_record(result: SearchResult, gold: str | None, problem: str = "",
         "verifier_prefix_cache_hit_rate": vcache.prefix_cache_hit_rate if vcache else None,
         "verifier_prompt_tokens": vcache.prefix_cache_queries if vcache else None,
         "batch_occupancy": result.mean_occupancy,
+        "runtime_overhead_frac": result.runtime_overhead_frac,
+        "selections": result.selections,
+        "near_tie_selections": result.near_tie_selections,
         "prefix_schedule_cost": result.schedule_cost,
         "search_tree_tokens": result.tree_tokens,
         "spec": result.spec or None,
@@ -233,6 +236,9 @@ def summarize(records: Sequence[dict]) -> dict:
         "num_preemptions": _mean_of(records, "num_preemptions"),
         "num_recomputed_tokens": _mean_of(records, "num_recomputed_tokens"),
         "batch_occupancy": _mean_of(records, "batch_occupancy"),
+        "runtime_overhead_frac": _mean_of(records, "runtime_overhead_frac"),
+        "near_tie_selections": sum(r.get("near_tie_selections") or 0 for r in records),
+        "selections": sum(r.get("selections") or 0 for r in records),
     } | ({"single_sample": single} if (single := _single_sample_summary(records)) else {})
 
 

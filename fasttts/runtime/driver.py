@@ -36,6 +36,7 @@ branch-level scheduling (SART Algorithm 1) needs.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Generator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -146,6 +147,11 @@ class EngineInfo:
         return self._driver.engine.max_num_seqs
 
     @property
+    def cost(self):
+        """The engine's decode-step cost model (`GeneratorBackend.cost`), or None."""
+        return self._driver.engine.cost
+
+    @property
     def clock_kind(self) -> str:
         """"wall" or "simulated"."""
         return self._driver.engine.clock_kind
@@ -195,6 +201,10 @@ class Driver:
         step_time_s, score_time_s: seconds (engine clock) spent in engine steps and in
             verifier calls; while a call runs no search decodes, so score_time_s /
             (step_time_s + score_time_s) is the share of engine time lost to scoring.
+        overhead_s: wall seconds of the loop outside `engine.step()` and the verifier's
+            calls: the runtime's own work between engine steps (resuming searches, their
+            bookkeeping, building and adding requests, aborts, routing updates); see
+            `runtime_overhead_frac`.
     """
 
     def __init__(self, generator: GeneratorBackend, verifier: Verifier | None = None,
@@ -209,6 +219,8 @@ class Driver:
         self._arrivals = itertools.count()
         self.num_steps = self.num_arrivals = self.num_score_calls = self.num_merged = 0
         self.step_time_s = self.score_time_s = 0.0
+        self.overhead_s = 0.0
+        self._inside_s = 0.0  # wall seconds of this turn inside engine.step() and scoring
         self.info = EngineInfo(self)
 
     @property
@@ -241,9 +253,26 @@ class Driver:
             raise task.error
         return task.result
 
+    @property
+    def runtime_overhead_frac(self) -> float | None:
+        """The share of the generator's loop the runtime spends outside engine steps:
+        overhead_s / (overhead_s + step_time_s), the runtime's wall seconds against the
+        engine steps' seconds on the engine's clock (wall on vLLM; on the simulator the
+        simulated device's, so the fraction is what the runtime would add to that device);
+        None before any step."""
+        total = self.overhead_s + self.step_time_s
+        return self.overhead_s / total if self.num_steps and total > 0 else None
+
     def advance(self) -> bool:
         """One turn of the loop (module docstring). Returns False when no search had
         anything to do."""
+        t0, self._inside_s = time.perf_counter(), 0.0
+        try:
+            return self._turn()
+        finally:
+            self.overhead_s += time.perf_counter() - t0 - self._inside_s
+
+    def _turn(self) -> bool:
         ready = [t for t in self.tasks if t.waiting is None]
         for task in ready:
             self._resume(task)
@@ -337,6 +366,7 @@ class Driver:
         the call's error)."""
         flat = [r for t in tasks for r in t.wish.requests]
         t0 = self.engine.now() if self.engine is not None else 0.0
+        w0 = time.perf_counter()
         try:
             with self.while_scoring():
                 scores = self.verifier.score(flat) if flat else []
@@ -345,6 +375,7 @@ class Driver:
                 t.waiting, t.wish, t.throw = None, None, err
             return
         finally:
+            self._inside_s += time.perf_counter() - w0
             self.num_score_calls += bool(flat)
             self.num_merged += max(0, len(tasks) - 1)
             if self.engine is not None:
@@ -356,9 +387,10 @@ class Driver:
 
     def _step(self, tasks: list[Task]) -> None:
         """Step the engine once and route its updates to the searches owning them."""
-        t0 = self.engine.now()
+        t0, w0 = self.engine.now(), time.perf_counter()
         try:
             updates = self.engine.step()
+            self._inside_s += time.perf_counter() - w0
             if not updates and self.engine.num_unfinished() == 0 and any(
                     t.live for t in tasks):
                 raise RuntimeError("the engine lost its sequences")

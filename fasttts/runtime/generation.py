@@ -51,6 +51,9 @@ class StepRequest:
             extra generations of the same beams in one iteration get distinct ids.
         logprobs: ask for the sampled tokens' log-probabilities and keep them on the beams
             (`fasttts.runtime.token_logprobs`).
+        next_stop: the stop strings of the next iteration, which speculative branches (its
+            children's own requests) are sent with: () when the next iteration is the last
+            one, which generates to the end; None = `(step_delimiter,)`.
     """
 
     prompt_ids: list[int]
@@ -65,6 +68,7 @@ class StepRequest:
     ordered_priorities: bool = False
     tag: str = ""
     logprobs: bool = False
+    next_stop: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -121,7 +125,9 @@ def generate_step(
 
     A beam with a head start (speculative tokens adopted after the last selection) starts from
     them; when they hold its whole step, it needs no sequence at all (in the last iteration,
-    which generates to the end, it continues after them).
+    which generates to the end, it continues after them); when their sequence still runs in
+    the engine (a parked speculative branch), the beam takes that sequence over instead of
+    submitting one.
 
     A beam finishes when the engine emits end-of-sequence ("eos"), the path reaches its token
     budget or the context limit ("length"), the new text holds a complete `\\boxed{}` answer
@@ -140,9 +146,9 @@ def generate_step(
     slots = min(len(phase.pending), generator.max_num_seqs) or 1
     try:
         if speculator is not None:
-            speculator.begin(
-                generator, beams, req.iteration, req.prompt_ids,
-                lambda b, j: phase.params(b, b.beam_id, j, (req.step_delimiter,)), slots)
+            spec_stop = req.next_stop if req.next_stop is not None else (req.step_delimiter,)
+            speculator.begin(generator, beams, req.iteration, req.prompt_ids,
+                             lambda b, j: phase.params(b, b.beam_id, j, spec_stop), slots)
         add, abort = [], []
         while phase.pending:
             updates = yield Generate(add=add, abort=abort)
@@ -160,6 +166,19 @@ def generate_step(
         raise
 
 
+@dataclass(eq=False)
+class _Seq:
+    """A standard sequence of a phase: its beam, the step's text so far in chunks (with its
+    length in characters), one (character offset, tokens) piece per update, and LookAhead
+    scores its head start carried."""
+
+    beam: Beam
+    chunks: list[str]
+    length: int
+    pieces: list[tuple[int, int]]
+    head_scores: list[float] = field(default_factory=list)
+
+
 class _Phase:
     """The standard sequences of one generation phase and what each generated so far.
 
@@ -170,10 +189,7 @@ class _Phase:
 
     def __init__(self, generator: GeneratorBackend, req: StepRequest):
         self.req = req
-        self.by_seq: dict[str, Beam] = {}
-        self.new_text: dict[str, str] = {}
-        self.pieces: dict[str, list[tuple[int, int]]] = {}
-        self.head_scores: dict[str, list[float]] = {}
+        self.by_seq: dict[str, _Seq] = {}
         self.pending: set[str] = set()  # standard sequences still generating their step
         self.room = generator.max_model_len - len(req.prompt_ids)
 
@@ -199,12 +215,15 @@ class _Phase:
             if head is not None:
                 beam.token_ids.extend(head.token_ids)
                 token_logprobs.adopt_head(beam, head)
-                text0, pieces0 = head.text, [(0, len(head.token_ids))]
+                text0, pieces0 = head.text, [(0, len(head.token_ids))] if head.token_ids else []
                 whole = head.finish_reason in ("eos", "length") or (
                     head.finish_reason == "stop" and req.stop)
                 if whole:
                     _finish_step(beam, head.text, head.finish_reason, req, pieces0)
                     _take_scores(beam, head.step_scores)
+                    continue
+                if head.seq_id is not None:  # a parked speculative branch: go on with it
+                    self._track(head.seq_id, _Seq(beam, [text0], len(text0), pieces0))
                     continue
             p = self.params(beam, beam.parent_id, beam.branch, req.stop)
             if p is None:
@@ -215,41 +234,45 @@ class _Phase:
             seq_id = f"{req.problem_id}/it{req.iteration}{req.tag}/b{beam.beam_id}"
             adds.append(NewSequence(seq_id, req.prompt_ids + beam.token_ids, p,
                                     rank=position if req.ordered_priorities else 0))
-            self.by_seq[seq_id], self.new_text[seq_id], self.pieces[seq_id] = beam, text0, pieces0
-            self.pending.add(seq_id)
-            if head is not None and head.finish_reason == "stop":
-                self.head_scores[seq_id] = head.step_scores
+            scores = head.step_scores if head is not None and head.finish_reason == "stop" else []
+            self._track(seq_id, _Seq(beam, [text0], len(text0), pieces0, scores))
         return adds
+
+    def _track(self, seq_id: str, seq: _Seq) -> None:
+        """Route the updates of engine sequence `seq_id` to `seq` from now on."""
+        self.by_seq[seq_id] = seq
+        self.pending.add(seq_id)
 
     def route(self, updates: list[SequenceUpdate], trace: GenerationTrace,
               speculator: SpeculativeBeamExtension | None) -> None:
         """One engine step's updates: standard ones to their beams (a finished step leaves
         `pending` and may make its beam a speculative candidate), speculative ones to the
-        speculator; every token counts in `trace`."""
+        speculator; every token counts in `trace`. (The runtime's inner loop: one dict
+        lookup and a few appends per update.)"""
+        by_seq, tokens = self.by_seq, 0
         for up in updates:
-            beam = self.by_seq.get(up.seq_id)
-            if beam is None:
+            n = len(up.new_token_ids)
+            seq = by_seq.get(up.seq_id)
+            if seq is None:
                 if speculator is not None and speculator.owns(up.seq_id):
-                    trace.tokens += len(up.new_token_ids)
+                    tokens += n
                     speculator.consume(up)
                 continue
-            trace.tokens += len(up.new_token_ids)
-            if self.take(beam, up):
+            tokens += n
+            beam = seq.beam
+            beam.token_ids += up.new_token_ids
+            if up.new_logprobs:
+                beam.token_logprobs += up.new_logprobs
+            seq.pieces.append((seq.length, n))
+            seq.chunks.append(up.new_text)
+            seq.length += len(up.new_text)
+            if up.finished:
+                _finish_step(beam, "".join(seq.chunks), up.finish_reason, self.req, seq.pieces)
+                _take_scores(beam, seq.head_scores)
                 self.pending.discard(up.seq_id)
                 if speculator is not None:
                     speculator.standard_done(beam, up.finish_reason)
-
-    def take(self, beam: Beam, up: SequenceUpdate) -> bool:
-        """Add a standard sequence's update to its beam; True when the beam's step ended."""
-        beam.token_ids.extend(up.new_token_ids)
-        token_logprobs.extend(beam, up)
-        self.pieces[up.seq_id].append((len(self.new_text[up.seq_id]), len(up.new_token_ids)))
-        self.new_text[up.seq_id] += up.new_text
-        if up.finished:
-            _finish_step(beam, self.new_text[up.seq_id], up.finish_reason, self.req,
-                         self.pieces[up.seq_id])
-            _take_scores(beam, self.head_scores.get(up.seq_id, []))
-        return up.finished
+        trace.tokens += tokens
 
 
 def _take_scores(beam: Beam, scores: list[float]) -> None:

@@ -21,15 +21,16 @@ from fasttts.beam import Beam
 from fasttts.config import RuntimeConfig, SearchConfig
 from fasttts.progress import IterationProgress
 from fasttts.runtime.branches import run_branches
-from fasttts.runtime.driver import Driver, Score, Search
+from fasttts.runtime.driver import Driver, Generate, Score, Search
 from fasttts.runtime.generation import GenerationTrace, StepRequest, generate_step
 from fasttts.runtime.lookahead_verification import plan_requests
 from fasttts.runtime.lookahead_rollout import lookahead_rollouts
 from fasttts.runtime.prefix_scheduling import baseline_order, prefix_aware_order, schedule_cost
 from fasttts.runtime.spec_beam_extension import SpeculativeBeamExtension
+from fasttts.runtime.spec_cost import SpeculationCost
 from fasttts.runtime.token_logprobs import outcome_request
 from fasttts.search import make_strategy
-from fasttts.search.base import SearchStrategy
+from fasttts.search.base import SearchStrategy, has_near_tie
 from fasttts.steps import build_messages
 from fasttts.verifiers.base import Verifier, aggregate
 
@@ -76,10 +77,24 @@ class SearchResult:
             memory planner's W, `fasttts.runtime.memory_planner`).
         spec: speculative beam extension counters (empty when off): tokens generated
             speculatively, tokens adopted as head starts, branches launched, phases stopped by
-            preemption, lookahead requests sent.
+            preemption, truncated copies adopted, running branches continued by their child,
+            stopped branches refused under `exact` (and their tokens), free slots the cost
+            model left empty, lookahead requests sent and lookahead scores used.
         stopped_early: the method stopped the search with paths still live (SART's M).
         search_stats: the method's own decisions worth reporting (SART: checks, prunings).
         answer_rule: the vote that gives the method's answer ("weighted", "majority", "best").
+        selections: selections made (step-level methods: one per iteration that went on).
+        near_tie_selections: of those, selections among beams two of whose scores were
+            closer than the verifier's `score_tolerance` (`fasttts.search.base.has_near_tie`):
+            decisions a scoring within the verifier's numerical noise (incremental vs
+            whole-path verification in bfloat16) could have made otherwise; 0 with exact
+            scores (the simulator).
+        runtime_overhead_s: wall seconds the driver loop spent outside engine steps and
+            verifier calls while running this search alone (`Driver.overhead_s`); 0 when a
+            shared driver ran it (a server's: `Driver.runtime_overhead_frac` is its whole
+            loop's).
+        engine_step_s: seconds of the generator's engine steps (engine clock), the
+            denominator's other part of `runtime_overhead_frac`.
     """
 
     problem_id: str
@@ -104,11 +119,22 @@ class SearchResult:
     search_stats: dict = field(default_factory=dict)
     answer_rule: str = "weighted"
     finished_paths: int = 0
+    selections: int = 0
+    near_tie_selections: int = 0
+    runtime_overhead_s: float = 0.0
+    engine_step_s: float = 0.0
 
     @property
     def latency(self) -> float:
         """End-to-end search time of the problem (s)."""
         return self.end_time - self.start_time
+
+    @property
+    def runtime_overhead_frac(self) -> float | None:
+        """The runtime's share of the generator loop: runtime_overhead_s / (runtime_overhead_s
+        + engine_step_s) (`Driver.runtime_overhead_frac`); None when not measured."""
+        total = self.runtime_overhead_s + self.engine_step_s
+        return self.runtime_overhead_s / total if self.engine_step_s > 0 and total > 0 else None
 
 
 @dataclass
@@ -134,6 +160,8 @@ class _SearchState:
     own: dict[int, int] = field(default_factory=dict)  # tokens each node generated
     previous: list[int] = field(default_factory=list)  # generator's last submission order
     prm_previous: list[int] = field(default_factory=list)  # and the PRM's
+    selections: int = 0
+    near_ties: int = 0
 
 
 class SearchRunner:
@@ -178,8 +206,10 @@ class SearchRunner:
             ValueError: the problem is empty.
             PromptTooLongError: the prompt does not leave room for one generated token.
         """
-        return Driver(self.generator, self.verifier).run(
-            self.search(problem, problem_id, on_progress))
+        driver = Driver(self.generator, self.verifier)
+        result = driver.run(self.search(problem, problem_id, on_progress))
+        result.runtime_overhead_s, result.engine_step_s = driver.overhead_s, driver.step_time_s
+        return result
 
     def search(self, problem: str, problem_id: str = DEFAULT_PROBLEM_ID, on_progress=None) -> Search:
         """The search of one problem for a driver loop (FastTTS section 3.1): iterations of
@@ -217,6 +247,8 @@ class SearchRunner:
             if not live:
                 break
             kept = st.strategy.select(live, finished)
+            st.selections += 1
+            st.near_ties += has_near_tie(live, self.verifier.score_tolerance)
             if self.on_select is not None:
                 self.on_select(iteration, kept)
             if st.strategy.should_stop(completed):
@@ -227,10 +259,14 @@ class SearchRunner:
     def _start(self, problem: str, problem_id: str) -> _SearchState:
         """A fresh search state: the prompt checked, a fresh strategy, the counters read."""
         prompt_ids = self.prompt_ids(problem, problem_id)
-        rt = self.runtime
-        sbe = (SpeculativeBeamExtension(self.cfg.beam_width, rt.spec_truncation_ratio,
-                                        self.cfg.seed, problem_id)
-               if rt.spec_beam_extension else None)
+        rt, sbe = self.runtime, None
+        if rt.spec_beam_extension:
+            cost = self.generator.cost
+            sbe = SpeculativeBeamExtension(
+                self.cfg.beam_width, rt.spec_truncation_ratio, self.cfg.seed, problem_id,
+                exact=rt.exact is not False,
+                cost=None if cost is None else SpeculationCost(cost, self.cfg.beam_width,
+                                                               rt.spec_truncation_ratio))
         return _SearchState(problem, problem_id, prompt_ids,
                             make_strategy(self.cfg),  # per-search state starts fresh
                             start=self.generator.now(),
@@ -247,7 +283,9 @@ class SearchRunner:
         st.previous = [b.beam_id for b in children]
         st.cost += schedule_cost([b.lineage for b in children])
         if st.sbe is not None:
-            st.sbe.adopt(children, self.generator.decode)
+            drop = st.sbe.adopt(children, self.generator.decode)
+            if drop:  # parked branches no kept child took
+                yield Generate(abort=drop, step=False)
         st.num_sequences += len(children)
         step_req = self._step_request(st, iteration, last)
         t0 = self.generator.now()
@@ -257,6 +295,9 @@ class SearchRunner:
         st.tree_tokens = max(st.tree_tokens, self._tree_tokens(children, before, st.own,
                                                                len(st.prompt_ids)))
         to_score = st.strategy.to_verify(children, iteration)
+        if cfg.lookahead and not last and st.sbe is not None and st.sbe.parked():
+            # the rollouts step the engine: parked branches would generate unseen
+            yield Generate(abort=st.sbe.unpark(), step=False)
         rollouts = ((yield from lookahead_rollouts(self.generator, to_score, cfg.lookahead,
                                                    step_req, st.trace))
                     if cfg.lookahead and not last else {})
@@ -282,6 +323,7 @@ class SearchRunner:
             top_p=cfg.top_p,
             max_tokens=cfg.max_tokens,
             stop=() if last else (cfg.step_delimiter,),
+            next_stop=() if iteration + 1 == st.strategy.num_iterations - 1 else None,
             seed=cfg.seed,
             problem_id=st.problem_id,
             iteration=iteration,
@@ -337,10 +379,15 @@ class SearchRunner:
             search_stats=st.strategy.stats(),
             answer_rule=st.strategy.answer_rule,
             finished_paths=len(completed),
+            selections=st.selections,
+            near_tie_selections=st.near_ties,
             spec={} if sbe is None else {
                 "spec_tokens": sbe.spec_tokens, "head_start_tokens": sbe.used_tokens,
                 "branches": sbe.num_branches, "preempted_phases": sbe.num_stopped,
                 "truncated_head_starts": sbe.num_truncated,
+                "continued_head_starts": sbe.num_continued,
+                "refused_head_starts": sbe.num_refused, "refused_tokens": sbe.refused_tokens,
+                "declined_slots": sbe.num_declined,
                 "lookahead_requests": st.num_lookahead,
                 "lookahead_scores_used": sbe.num_prescored},
         )

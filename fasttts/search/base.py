@@ -19,7 +19,7 @@ from fasttts.beam import Beam
 from fasttts.config import SearchConfig
 
 __all__ = ["TREE_LINEAGE_DIVISOR", "SearchConfigError", "SearchStrategy", "by_score", "fan_out",
-           "require_multiple"]
+           "has_near_tie", "require_multiple"]
 
 #: c in the memory planner's estimate of a tree search's lineages, n / (c x beam_width)
 #: (`SearchStrategy.planned_lineages`): fitted to the trees the runtime measured on the
@@ -46,6 +46,18 @@ def by_score(beams: list[Beam]) -> list[Beam]:
     children of the first kept parent (which collapses beam search onto one lineage).
     """
     return sorted(beams, key=lambda b: (-b.score, _text_rank(b), b.beam_id))
+
+
+def has_near_tie(beams: list[Beam], tolerance: float) -> bool:
+    """Whether two of `beams` have aggregated scores closer than `tolerance` (the verifier's
+    `score_tolerance`): then a scoring that differs by less than the verifier's numerical
+    noise (incremental vs whole-path verification in bfloat16) can order them otherwise, and a
+    selection among them is not guaranteed to be the same search's. False for a tolerance of
+    0 (exact scores)."""
+    if tolerance <= 0:
+        return False
+    scores = sorted(b.score for b in beams)
+    return any(hi - lo < tolerance for lo, hi in zip(scores, scores[1:]))
 
 
 class SearchStrategy(ABC):
@@ -76,9 +88,20 @@ class SearchStrategy(ABC):
     #: decode to their end with no step barrier, checked every `check_interval` decode steps
     #: (`fasttts.runtime.branches`); False = the generate -> verify -> select loop.
     branch_level: ClassVar[bool] = False
+    #: The method runs speculative beam extension when it is on (FastTTS section 4.1): a
+    #: step-level search of more than one iteration, whose beams finish a step before the
+    #: straggler does and have a next step to speculate into; False for single-pass and
+    #: branch-level methods (a `branch_level` class gets False unless it says otherwise),
+    #: which ignore the technique.
+    speculates: ClassVar[bool] = True
     #: The method's default for `RuntimeConfig.incremental_verification` when the run does
     #: not set it (`fasttts.search.runtime_defaults`).
     incremental_default: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.branch_level and "speculates" not in cls.__dict__:
+            cls.speculates = False
 
     def __init__(self, cfg: SearchConfig):
         self.cfg = cfg

@@ -21,6 +21,7 @@ class BestOfN(SearchStrategy):
 
     name = "best_of_n"
     selects_paths = False
+    speculates = False  # one iteration: no next step to speculate into
 
     @property
     def num_iterations(self) -> int:

@@ -10,7 +10,7 @@ from fasttts.verifiers.base import AGG_STRATEGIES, ScoreRequest, Verifier, aggre
 
 __all__ = ["AGG_STRATEGIES", "MODEL_FREE_KINDS", "VERIFIER_KINDS", "IncrementalNotSupported",
            "ScoreRequest", "Verifier", "aggregate", "build_verifier", "incremental_kinds", "infer_kind",
-           "reads_prefix_cache", "verifier_class"]
+           "reads_prefix_cache", "verifier_class", "verifier_runner"]
 
 #: The scoring formats, as `fasttts.config.VerifierKind` names them.
 VERIFIER_KINDS: tuple[str, ...] = get_args(VerifierKind)
@@ -63,6 +63,15 @@ def verifier_class(kind: str) -> type[Verifier]:
 def incremental_kinds() -> list[str]:
     """The scoring formats that can verify incrementally (`Verifier.supports_incremental`)."""
     return [k for k in VERIFIER_KINDS if verifier_class(k).supports_incremental]
+
+
+def verifier_runner(cfg: VerifierConfig) -> str | None:
+    """What runs the verifier `cfg` builds (`Verifier.runner`: "vllm", "transformers", or
+    None for a verifier without a model),
+    from its kind ("auto": from the model's name, so a simulated model spec named like a
+    Skywork PRM is priced as the transformers model the product runs)."""
+    kind = infer_kind(cfg.engine.model) if cfg.kind == "auto" else cfg.kind
+    return verifier_class(kind).runner
 
 
 def reads_prefix_cache(cfg) -> bool:

@@ -47,7 +47,7 @@ class ConfidenceVerifier(Verifier):
 
     supports_incremental = True
     needs_logprobs = True
-    runs_on = None
+    runner = None
 
     def __init__(self, engine=None, batch_size: int = 64, incremental: bool = False,
                  window: int | None = None):

@@ -18,7 +18,7 @@ import math
 from fasttts.backends.vllm_engine import (build_engine, engine_cache_stats, run_batch,
                                           shutdown_engine)
 from fasttts.config import EngineConfig
-from fasttts.verifiers.base import ScoreRequest, Verifier
+from fasttts.verifiers.base import ScoreRequest, Verifier, score_tolerance
 
 __all__ = ["JudgeVerifier", "JUDGE_SYSTEM_PROMPT", "JUDGE_QUESTION"]
 
@@ -54,6 +54,7 @@ class JudgeVerifier(Verifier):
         self.batch_size = batch_size
         self.name = f"judge({cfg.model})"
         self.max_model_len = self.engine.model_config.max_model_len
+        self.score_tolerance = score_tolerance(self.runner, self.engine.model_config.dtype)
         self.yes_id = self._single_token("Yes")
         self.no_id = self._single_token("No")
         self._calls = itertools.count()

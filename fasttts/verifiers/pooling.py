@@ -30,7 +30,7 @@ from abc import abstractmethod
 from fasttts.backends.vllm_engine import (build_engine, engine_cache_stats,
                                           incremental_engine_config, run_batch, shutdown_engine)
 from fasttts.config import EngineConfig
-from fasttts.verifiers.base import ScoreRequest, Verifier
+from fasttts.verifiers.base import ScoreRequest, Verifier, score_tolerance
 
 __all__ = ["PoolingPRMVerifier", "StepTagError"]
 
@@ -65,6 +65,7 @@ class PoolingPRMVerifier(Verifier):
         self.engine = build_engine(cfg, runner="pooling", **self.engine_overrides(cfg, incremental))
         self.tokenizer = self.engine.get_tokenizer()
         self.max_model_len = self.engine.model_config.max_model_len
+        self.score_tolerance = score_tolerance(self.runner, self.engine.model_config.dtype)
         self.batch_size = batch_size
         mode = "incremental" if incremental else "whole-path"
         self.name = f"{type(self).__name__}({cfg.model}, {mode})"

@@ -22,7 +22,7 @@ from pathlib import Path
 from fasttts.config import EngineConfig
 from fasttts.backends.vllm_engine import resolve_dtype
 from fasttts.models import resolve_model
-from fasttts.verifiers.base import ScoreRequest, Verifier
+from fasttts.verifiers.base import ScoreRequest, Verifier, score_tolerance
 
 __all__ = ["SkyworkVerifier", "load_value_head"]
 
@@ -63,7 +63,7 @@ class SkyworkVerifier(Verifier):
     """
 
     supports_incremental = True
-    runs_on = "transformers"
+    runner = "transformers"
 
     def __init__(self, cfg: EngineConfig, batch_size: int = 16, incremental: bool = False):
         if cfg.tensor_parallel_size > 1:
@@ -85,6 +85,7 @@ class SkyworkVerifier(Verifier):
             self.head.bias.copy_(bias.float())
         self.batch_size = batch_size
         self.max_model_len = cfg.max_model_len
+        self.score_tolerance = score_tolerance(self.runner, str(dtype))
         self.step_token_id = self.tokenizer.encode(STEP_TOKEN, add_special_tokens=False)[-1]
         self.incremental = incremental
         self.name = f"skywork({cfg.model}, {'incremental' if incremental else 'whole-path'})"

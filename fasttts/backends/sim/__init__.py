@@ -216,8 +216,11 @@ def build_sim(cfg: RunConfig, workload: Workload | None = None,
     ver_engine = SimEngine(ver, hw, clock, sizes.verifier_kv // (bs * ver.kv_bytes_per_token),
                            bs, sizes.verifier_batch, sim.max_num_batched_tokens,
                            cfg.verifier.engine.max_model_len, logits=False)
+    from fasttts.verifiers import verifier_runner  # the product's runner of this verifier
+
     verifier = SimVerifier(ver_engine, workload, sizes.offload_s,
-                           incremental=cfg.runtime.incremental_verification)
+                           incremental=cfg.runtime.incremental_verification,
+                           runner=verifier_runner(cfg.verifier))
     return generator, verifier
 
 

@@ -56,6 +56,8 @@ class SimSequence:
         num_computed: tokens whose KV is in the cache.
         max_computed: most tokens ever computed (recompute accounting after preemption).
         num_cached_tokens: tokens found in the prefix cache at first admission.
+        seeded: sampled with the request's own random generator (a seed and a temperature
+            above 0), which vLLM samples one request at a time (`fasttts.perf.roofline`).
     """
 
     seq_id: str
@@ -67,6 +69,7 @@ class SimSequence:
     num_cached_tokens: int | None = None
     kv: KVSeqState = field(default_factory=KVSeqState)
     running: bool = False
+    seeded: bool = False
 
 
 class SimEngine:
@@ -227,7 +230,7 @@ class SimEngine:
             start = seq.num_computed
             end = start + n
             full = end == len(seq.token_ids)
-            shape.add(SeqWork(n, start, logits=self.logits and full))
+            shape.add(SeqWork(n, start, logits=self.logits and full, seeded=seq.seeded))
             self.num_recomputed_tokens += max(0, min(end, seq.max_computed) - start)
             seq.num_computed = end
             seq.max_computed = max(seq.max_computed, end)

@@ -16,6 +16,7 @@ from fasttts.backends.base import CacheStats, GenerationParams, GeneratorBackend
 from fasttts.backends.sim import tokenizer as tok
 from fasttts.backends.sim.engine import SimEngine, SimSequence
 from fasttts.backends.sim.workload import Workload
+from fasttts.perf.roofline import DecodeCost
 
 __all__ = ["SimGenerator"]
 
@@ -49,6 +50,7 @@ class SimGenerator(GeneratorBackend):
         self.workload = workload
         self.max_model_len = engine.max_model_len
         self.max_num_seqs = engine.max_num_seqs
+        self.cost = DecodeCost(engine.model, engine.hw)
         self.eos_token_ids = (tok.EOS,)
         self._gens: dict[str, _Gen] = {}
         self._text: dict[int, str] = {}  # token id -> text (the simulated vocabulary is small)
@@ -75,7 +77,8 @@ class SimGenerator(GeneratorBackend):
             raise ValueError(f"sequence id {seq_id!r} is already in use")
         seed = 0 if params.temperature == 0 or params.seed is None else params.seed
         stream = self.workload.stream(prompt_token_ids, seed)
-        seq = SimSequence(seq_id, list(prompt_token_ids), priority)
+        seq = SimSequence(seq_id, list(prompt_token_ids), priority,
+                          seeded=params.seed is not None and params.temperature > 0)
         self._gens[seq_id] = _Gen(seq, params, stream,
                                   min(self.max_model_len, len(prompt_token_ids) + params.max_tokens),
                                   max((len(s) for s in params.stop), default=1), seed=seed,

@@ -10,7 +10,9 @@ The verifier engine is priced as the real engine of its mode prices it
   requests go out in waves (the k-th new step of every path in wave k), as on vLLM.
 
 At most `max_num_seqs` (B_pre) requests run at once. The clock is the device's shared virtual
-clock.
+clock. A verifier the product runs in transformers (Skywork's value head, `Verifier.runner`) is
+priced as transformers runs it instead (`fasttts.backends.sim.transformers_runner`: padded
+batches, a prefix store of its own, no paged engine).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import itertools
 from fasttts.backends.base import CacheStats, ScoreRequest, Verifier
 from fasttts.backends.sim import tokenizer as tok
 from fasttts.backends.sim.engine import SimEngine, SimSequence
+from fasttts.backends.sim.transformers_runner import TransformersRunner
 from fasttts.backends.sim.workload import Workload
 
 __all__ = ["SimVerifier"]
@@ -36,23 +39,38 @@ class SimVerifier(Verifier):
             `MemoryPlan.t_offload_per_iteration`).
         incremental: incremental verification (module docstring); False = whole-path, and
             the engine's prefix cache is not read.
+        runner: "vllm" (the engine prices the calls) or "transformers" (module docstring;
+            `engine` then only lends its model, device, clock, KV bytes and B_pre).
+
+    Raises:
+        ValueError: an unknown runner.
     """
 
     supports_incremental = True
 
     def __init__(self, engine: SimEngine, workload: Workload, offload_s: float = 0.0,
-                 incremental: bool = False):
+                 incremental: bool = False, runner: str = "vllm"):
+        if runner not in ("vllm", "transformers"):
+            raise ValueError(f"runner must be 'vllm' or 'transformers', got {runner!r}")
         self.engine = engine
         self.workload = workload
         self.offload_s = offload_s
         self.incremental = incremental
+        self.runner = runner
         engine.kv.enable_prefix_caching = incremental
-        self.name = f"sim:{engine.model.name} ({'incremental' if incremental else 'whole-path'})"
+        mode = "incremental" if incremental else "whole-path"
+        self.name = f"sim:{engine.model.name} ({mode}{', transformers' * (runner != 'vllm')})"
+        self.hf = (TransformersRunner(engine.model, engine.hw, engine.clock,
+                                      engine.kv.num_blocks * engine.kv.block_size
+                                      * engine.model.kv_bytes_per_token, engine.max_num_seqs)
+                   if runner == "transformers" else None)
         self._ids = itertools.count()
 
     def set_batch_size(self, batch_size: int) -> None:
         super().set_batch_size(batch_size)  # validates
         self.engine.max_num_seqs = batch_size
+        if self.hf is not None:
+            self.hf.batch_size = batch_size
 
     def input_ids(self, req: ScoreRequest) -> list[int]:
         """The PRM's input tokens: the problem, then each step (encoded step by step, so a
@@ -75,9 +93,23 @@ class SimVerifier(Verifier):
     def score(self, requests: list[ScoreRequest]) -> list[list[float]]:
         if requests and self.offload_s:
             self.engine.clock.advance(self.offload_s)
-        for wave in self._waves(requests):
-            self._prefill(wave)
+        if self.hf is not None:
+            self._price_transformers(requests)
+        else:
+            for wave in self._waves(requests):
+                self._prefill(wave)
         return [self.workload.score_steps(r.problem, r.steps)[r.start:] for r in requests]
+
+    def _price_transformers(self, requests: list[ScoreRequest]) -> None:
+        """Advance the clock as transformers runs the call (module docstring)."""
+        if not self.incremental:
+            self.hf.whole([self.input_ids(r) for r in requests])
+            return
+        for r in requests:
+            cuts = [((r.problem, r.steps[:k + 1]),
+                     len(self.input_ids(ScoreRequest(r.problem, r.steps[:k + 1]))))
+                    for k in range(len(r.steps))]
+            self.hf.incremental(cuts, r.start)
 
     def _prefill(self, prompts: list[list[int]]) -> None:
         """Run `prompts` through the engine to completion; on any error, free what is left."""
@@ -99,8 +131,10 @@ class SimVerifier(Verifier):
                 self.engine.finish(seq)
             raise
 
-    def cache_stats(self) -> CacheStats:
-        return self.engine.cache_stats()
+    def cache_stats(self) -> CacheStats | None:
+        """The engine's KV-cache counters; None for a transformers verifier (no paged
+        engine, as `SkyworkVerifier` reports)."""
+        return self.engine.cache_stats() if self.hf is None else None
 
     def now(self) -> float:
         return self.engine.clock.t

@@ -261,15 +261,20 @@ class Workload:
         return int(min(max(round(x), m.step_len_min), m.step_len_max))
 
     def stream(self, token_ids: list[int], seed: int) -> Iterator[int]:
-        """The tokens the generator writes after `token_ids` (prompt + path), lazily, ending
-        with EOS after a final step.
+        """The tokens a new generator request writes after `token_ids` (prompt + path), lazily,
+        ending with EOS after a final step.
 
-        A step's tokens are a function of (seed, the path before the step) only, so a
-        sequence resumed in the middle of a step (a speculative head start, a preempted
-        sequence) continues exactly where the same seed would have gone. A partial step longer
-        than the step the seed would write (a sibling's speculative text inherited as a head
-        start) is ended with the step's own ending (the delimiter, or the final answer), as a
-        real model finishes the step it is in: a step never merges into the next.
+        A step's tokens are a function of (seed, the path before the step) only, so a request
+        that starts at a step boundary writes the same whatever order or batch it runs in. A
+        request that starts inside a step (a head start of speculative tokens resubmitted as
+        a new request) draws the rest of the step anew from (seed, its whole prompt), as vLLM
+        does: a new request gets a freshly seeded sampler, so it does not continue the random
+        stream that wrote the step's first tokens (the same seed from the step's start writes
+        something else after them). The step keeps its state marker (its first token); one
+        that already holds more tokens than the new draw's step is ended with the step's own
+        ending (the delimiter, or the final answer), as a real model finishes the step it is
+        in: a step never merges into the next. A sequence that stays in the engine (preempted
+        and recomputed, or a speculative sequence adopted as it runs) keeps its stream.
 
         Raises:
             ValueError: `token_ids` is not a prompt from the simulator's chat template.
@@ -278,32 +283,48 @@ class Workload:
         path = token_ids[start:]
         last_delim = max((i for i, t in enumerate(path) if t == _DELIM_ID), default=-1)
         step_start = start + last_delim + 1
-        skip = len(token_ids) - step_start  # tokens of the current step already there
+        partial = token_ids[step_start:]  # tokens of the current step already there
         before = token_ids[start:step_start]
         on_track = _OFF_ID not in before
         num_steps = before.count(_ON_ID) + before.count(_OFF_ID)
         ids = list(token_ids[:step_start])
         p_derail = self.derail_probability(problem)
-        m = self.model
+        if partial:
+            rng = random.Random(_h("resume", seed, hash(tuple(token_ids))))
+            rng.random()  # the derail draw: the step's marker already decided it
+            on_track = on_track and partial[0] != _OFF_ID
+            num_steps += 1
+            step, final, tail = self._step(rng, problem, on_track, num_steps)
+            rest = step[len(partial):] if len(partial) < len(step) else tail
+            yield from rest
+            if final:
+                return
+            ids = list(token_ids) + rest
         while True:
             rng = random.Random(_h("step", seed, hash(tuple(ids))))
             if on_track and rng.random() < p_derail:
                 on_track = False
             num_steps += 1
-            final = num_steps >= m.min_steps and rng.random() < m.final_hazard
-            length = self._step_length(rng)
-            step = [_ON_ID if on_track else _OFF_ID]
-            tail = (tok.encode(f" so the answer is \\boxed{{{self.answer(problem, on_track, rng.getrandbits(16))}}}.")
-                    + [tok.EOS]) if final else _DELIM
-            step += [_WORDS[rng.randrange(len(_WORDS))] for _ in range(max(0, length - 1 - len(tail)))]
-            step += tail
-            if skip:  # resumed inside this step: continue to its own end, never past it
-                ids = list(token_ids)
-                step, skip = step[skip if skip < len(step) else len(step) - len(tail):], 0
+            step, final, _ = self._step(rng, problem, on_track, num_steps)
             yield from step
             if final:
                 return
             ids += step
+
+    def _step(self, rng: random.Random, problem: str, on_track: bool,
+              num_steps: int) -> tuple[list[int], bool, list[int]]:
+        """One step drawn from `rng` (after its derail draw): (its tokens, whether it is the
+        final one, its ending: the delimiter or the answer and EOS)."""
+        m = self.model
+        final = num_steps >= m.min_steps and rng.random() < m.final_hazard
+        length = self._step_length(rng)
+        tail = _DELIM
+        if final:
+            answer = self.answer(problem, on_track, rng.getrandbits(16))
+            tail = tok.encode(f" so the answer is \\boxed{{{answer}}}.") + [tok.EOS]
+        step = [_ON_ID if on_track else _OFF_ID]
+        step += [_WORDS[rng.randrange(len(_WORDS))] for _ in range(max(0, length - 1 - len(tail)))]
+        return step + tail, final, tail
 
     def token_logprob(self, token: int, on_track: bool, seed: int, position: int) -> float:
         """The simulated log-probability (nats, < 0) of sampling `token` at `position` of a

@@ -39,6 +39,11 @@ class HardwareSpec(BaseModel):
         step_overhead_s: fixed time per engine step (scheduling, kernel launches), seconds.
         seq_overhead_s: time per sequence in a step (sampling, detokenizing, bookkeeping),
             seconds; 0 on GPUs, where it hides behind the kernels; fitted on CPUs.
+        seeded_sample_s: time per sequence in a step that vLLM samples with the request's
+            own random generator (seconds): one `exponential_` kernel launched per seeded
+            request from a Python loop (`vllm/v1/sample/ops/topk_topp_sampler.py`,
+            `random_sample`), host-bound on GPUs; 0 on CPUs, whose fitted
+            `seq_overhead_s` already holds it (the calibration's sequences were seeded).
         overlap: how far compute and memory time overlap, in [0, 1]: 1 is the pure roofline
             max(compute, memory) (GPUs); 0 adds them (a CPU core that waits on memory).
         host_bandwidth: achievable device <-> host copy bandwidth (bytes/s) for offloading a KV
@@ -59,6 +64,7 @@ class HardwareSpec(BaseModel):
     bandwidth_efficiency: float = Field(default=1.0, gt=0, le=1)
     step_overhead_s: float = Field(default=0.0, ge=0)
     seq_overhead_s: float = Field(default=0.0, ge=0)
+    seeded_sample_s: float = Field(default=0.0, ge=0)
     overlap: float = Field(default=1.0, ge=0, le=1)
     host_bandwidth: float | None = Field(default=None, gt=0)
     dtype_bytes: int | None = Field(default=None, gt=0)

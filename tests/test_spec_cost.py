@@ -1,0 +1,186 @@
+"""Cost-aware speculation and what the simulator charges for what vLLM does: per-request seeded
+sampling on GPU specs, Skywork run in transformers."""
+
+import pytest
+
+from fasttts.backends.sim import build_sim
+from fasttts.config import (EngineConfig, RunConfig, RuntimeConfig, SearchConfig, SimConfig,
+                            VerifierConfig)
+from fasttts.perf.roofline import DecodeCost, SeqWork, StepShape, step_time
+from fasttts.perf.specs import load_hardware, load_model, priced_on
+from fasttts.runtime.loop import SearchRunner
+from fasttts.runtime.spec_cost import SpeculationCost
+from fasttts.verifiers.base import ScoreRequest
+
+PROBLEM = "Let x + 1/x = 3. Find x^3 + 1/x^3."
+CPU = ("cpu-epyc-fp32-2thread", "qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-0.5b-instruct")
+GPU = ("rtx4090", "qwen2.5-math-1.5b", "math-shepherd-7b")
+
+
+def _cost(hw: str, model: str, beam_width: int = 4) -> SpeculationCost:
+    h = load_hardware(hw)
+    return SpeculationCost(DecodeCost(priced_on(load_model(model), h), h), beam_width)
+
+
+def test_keep_probability_is_proportional_to_m_and_averages_the_kept_fraction():
+    c = _cost(*GPU[:2])
+    assert [c.keep_probability(m) for m in (4, 3, 2, 1)] == pytest.approx([0.4, 0.3, 0.2, 0.1])
+    for b in (2, 4, 8):
+        cb = _cost(*GPU[:2], beam_width=b)
+        assert sum(cb.keep_probability(m) for m in range(1, b + 1)) / b == pytest.approx(1 / b)
+
+
+def test_a_branch_is_worth_it_when_its_saving_beats_the_step_time_it_adds():
+    """The decision, derived by hand from the roofline: at b standard sequences of context c,
+    a branch of bin M is launched into a step of r sequences iff
+    P(M) T(b)/b >= T(r+1) - T(r)."""
+    gpu, cpu = _cost(*GPU[:2]), _cost(*CPU[:2])
+    for c, slots in ((gpu, 16), (gpu, 64), (cpu, 8), (cpu, 16)):
+        m_spec, hw = c.decode.model, c.decode.hw
+
+        def t(k):
+            return step_time(m_spec, hw, StepShape.decode(k, 600))
+
+        for m in (4, 3, 2, 1):
+            for r in (1, slots // 2, slots - 1):
+                want = 2 * m / 20 * t(slots) / slots >= t(r + 1) - t(r)
+                assert c.worth(m, r, slots, 600) is want
+    # the memory-bound GPU at a small batch fills every slot (the paper's policy) ...
+    assert all(b.worth for b in gpu.bins(16, 600))
+    # ... at 64 slots the reads of each sequence's KV leave out the least likely bins; a
+    # CPU, where a sequence costs its matmuls, fills none at 16 slots
+    assert [b.worth for b in gpu.bins(64, 600)] == [True, True, False, False]
+    assert not any(b.worth for b in cpu.bins(16, 600))
+
+
+def _search(setup, n, costed=True, **runtime):
+    hw, gen, ver = setup
+    cfg = RunConfig(backend="sim", generator=EngineConfig(model=gen),
+                    verifier=VerifierConfig(engine=EngineConfig(model=ver)),
+                    search=SearchConfig(n=n, beam_width=4, seed=1), sim=SimConfig(hardware=hw),
+                    runtime=RuntimeConfig(spec_beam_extension=True, spec_truncation_ratio=0,
+                                          **runtime))
+    g, v = build_sim(cfg)
+    if not costed:
+        g.cost = None  # the paper's policy: every free slot
+    return SearchRunner(g, v, cfg.search, runtime=cfg.runtime).run(PROBLEM, "p")
+
+
+def test_on_a_gpu_at_small_n_cost_aware_speculation_is_fill_every_slot():
+    priced, paper = _search(GPU, 16), _search(GPU, 16, costed=False)
+    assert priced.spec["declined_slots"] == 0
+    assert priced.spec == paper.spec and priced.generator_time == paper.generator_time
+
+
+def test_on_the_cpu_spec_it_speculates_less_and_costs_the_beams_less():
+    priced, paper = _search(CPU, 16), _search(CPU, 16, costed=False)
+    assert priced.spec["declined_slots"] > 0
+    assert priced.spec["branches"] < paper.spec["branches"]
+    assert priced.generator_time < paper.generator_time
+    # at R = 0 both are the baseline's search: the cost model changes only the price
+    assert [b.text for b in priced.completions] == [b.text for b in paper.completions]
+
+
+def test_plan_shows_the_speculation_budget(capsys):
+    from fasttts.cli import main
+
+    assert main(["plan", "--hardware", "rtx4090", "--n", "16"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "speculation budget: at 16 decode slots SBE fills every free slot" in out
+    assert main(["plan", "--hardware", "rtx4090", "--n", "256"]) == 0
+    assert "SBE fills no slot" in " ".join(capsys.readouterr().out.split())
+
+
+def test_gpu_specs_charge_seeded_sampling_per_request_and_cpu_specs_do_not():
+    """vLLM samples each seeded request with its own generator, one kernel per request
+    (vllm/v1/sample/ops/topk_topp_sampler.py, random_sample): a GPU step of b seeded decodes
+    costs b x seeded_sample_s more than the same unseeded step; the CPU calibrations were
+    fitted on seeded requests and charge nothing extra."""
+    model = load_model("qwen2.5-math-1.5b")
+    for name in ("rtx4090", "rtx3070ti", "rtx4070ti", "h100", "h200"):
+        hw = load_hardware(name)
+        assert hw.seeded_sample_s > 0
+        plain = step_time(model, hw, StepShape.uniform(32, 1, 500))
+        assert step_time(model, hw, StepShape.decode(32, 500)) == pytest.approx(
+            plain + 32 * hw.seeded_sample_s)
+        # a prefill chunk that samples no token pays nothing
+        assert StepShape.of([SeqWork(64, 0, logits=False, seeded=True)]).seeded_rows == 0
+    for name in ("cpu-epyc-1thread", "cpu-epyc-fp32-1thread", "cpu-epyc-fp32-2thread"):
+        assert load_hardware(name).seeded_sample_s == 0
+
+
+def test_the_simulated_generator_pays_for_seeded_sequences_only():
+    hw = load_hardware("rtx4090")
+    times = {}
+    for seed in (None, 7):
+        cfg = RunConfig(backend="sim", generator=EngineConfig(model="qwen2.5-math-1.5b"),
+                        verifier=VerifierConfig(engine=EngineConfig(model="math-shepherd-7b")))
+        g, _ = build_sim(cfg)
+        from fasttts.backends.base import GenerationParams
+        from fasttts.steps import build_messages
+
+        prompt = g.encode_chat(build_messages(PROBLEM))
+        for i in range(8):
+            g.add_sequence(f"s{i}", prompt, GenerationParams(max_tokens=20, seed=seed))
+        g.step()  # the prefill
+        t0 = g.now()
+        g.step()  # one decode step of 8 sequences
+        times[seed] = g.now() - t0
+    assert times[7] - times[None] == pytest.approx(8 * hw.seeded_sample_s)
+
+
+def _skywork(incremental, batch=4):
+    cfg = RunConfig(backend="sim", generator=EngineConfig(model="qwen2.5-math-1.5b"),
+                    verifier=VerifierConfig(engine=EngineConfig(model="skywork-prm-1.5b"),
+                                            batch_size=batch),
+                    runtime=RuntimeConfig(incremental_verification=incremental))
+    return build_sim(cfg)[1]
+
+
+def test_skywork_is_priced_as_transformers_runs_it():
+    """Whole-path: padded batches of B_pre paths, one forward pass each; incremental: one path
+    at a time on its longest stored prefix (copied first), batch 1. No paged engine: no
+    cache statistics, as `SkyworkVerifier` reports."""
+    whole = _skywork(False)
+    assert whole.runner == "transformers" and whole.cache_stats() is None
+    steps = tuple(f"\u2713 step {k} " + "word " * (10 + 7 * k) + "\n\n" for k in range(5))
+    reqs = [ScoreRequest(PROBLEM, steps[:k + 1]) for k in range(5)]
+    lens = [len(whole.input_ids(r)) for r in reqs]
+    model, hw = whole.engine.model, whole.engine.hw
+    t0 = whole.now()
+    whole.score(reqs)
+    want = (step_time(model, hw, StepShape.uniform(4, max(lens[:4]), 0, logits=False))
+            + step_time(model, hw, StepShape.uniform(1, lens[4], 0, logits=False)))
+    assert whole.now() - t0 == pytest.approx(want)
+    inc = _skywork(True)
+    inc.score([reqs[1]])  # steps 0 and 1, on nothing and then on step 0's prefix
+    t0 = inc.now()
+    inc.score([ScoreRequest(PROBLEM, steps[:3], 2)])  # step 2 on the stored steps[:2]
+    copy = 2 * lens[1] * model.kv_bytes_per_token / hw.bandwidth
+    want = copy + step_time(model, hw, StepShape.uniform(1, lens[2] - lens[1], lens[1],
+                                                         logits=False))
+    assert inc.now() - t0 == pytest.approx(want)
+    assert inc.hf.tokens_computed == lens[1] + (lens[2] - lens[1])
+
+
+def test_a_vllm_prm_spec_is_still_priced_on_the_paged_engine():
+    cfg = RunConfig(backend="sim", generator=EngineConfig(model="qwen2.5-math-1.5b"),
+                    verifier=VerifierConfig(engine=EngineConfig(model="math-shepherd-7b")))
+    ver = build_sim(cfg)[1]
+    assert ver.runner == "vllm" and ver.hf is None and ver.cache_stats() is not None
+
+
+def test_branch_zero_is_priced_with_its_siblings_truncated_copies():
+    """With R > 0 a kept beam's children without a branch of their own (B - M_i of them) each
+    inherit about R of branch 0: branch 0 saves 1 + R (B - M_i) times what another branch
+    does, so it can be worth a slot where that one is not."""
+    h = load_hardware("rtx4090")
+    decode = DecodeCost(priced_on(load_model("qwen2.5-math-1.5b"), h), h)
+    c = SpeculationCost(decode, 4, truncation_ratio=0.85)
+    for m in (1, 2, 3, 4):
+        assert c.saving(m, 64, 600, branch=0) == pytest.approx(
+            (1 + 0.85 * (4 - m)) * c.saving(m, 64, 600, branch=1))
+    assert SpeculationCost(decode, 4).saving(1, 64, 600, 0) == c.saving(1, 64, 600, 1)
+    cost = c.cost(63, 600)
+    assert not c.worth(1, 63, 64, 600, branch=1) and c.worth(1, 63, 64, 600, branch=0)
+    assert c.saving(1, 64, 600, 1) < cost <= c.saving(1, 64, 600, 0)
