@@ -248,9 +248,9 @@ class Verifier(ABC):
             (`fasttts.engines.platform_info`). A class fact.
         score_tolerance: how far two scorings of one step may differ when only the shape of
             the passes that computed them differs (batch, cached prefix or whole path), from
-            the dtype the model runs in (`fasttts.verifiers.base.SCORE_TOLERANCE`); searches
-            rank scores closer than this as tied (`fasttts.search.base.by_score`). 0 for
-            exact scores (the simulator).
+            the dtype the model runs in (`fasttts.verifiers.base.SCORE_TOLERANCE`); a
+            selection among beams closer than this is counted as a near tie
+            (`fasttts.search.base.has_near_tie`). 0 for exact scores (the simulator).
     """
 
     name: str = "verifier"
