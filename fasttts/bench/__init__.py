@@ -21,7 +21,8 @@ class Recipe:
         name: its command-line name.
         about: one line: what it measures and its paper source.
         backends: the backends it runs on ("sim", "vllm"); the first is the default.
-        quick_time, full_time: expected wall time at --quick and full size on 2 cores.
+        quick_time, full_time: expected wall time at --quick and full size on 2 cores (as
+            measured on this project's machine, often shared with other jobs).
         main: runs it from the parsed arguments; returns the exit code.
     """
 
@@ -48,9 +49,9 @@ def _sart_ablation(args) -> int:
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("sart-latency", "SART vs self-consistency, best-of-N and vanilla under Poisson "
            "arrivals: P50-P99 latency, accuracy, tokens (SART section 5.2, Fig. 5)",
-           ("sim", "vllm"), "sim 5 min, vllm 25 min", "sim 35 min, vllm 60 min",
+           ("sim", "vllm"), "sim 5 min, vllm 20 min", "sim 50 min, vllm 50 min",
            _sart_latency),
     Recipe("sart-ablation", "early stopping alone, pruning alone, both, vs self-consistency, "
            "N = 8 (SART section 5.3, Fig. 6)",
-           ("sim",), "sim 3 min", "sim 25 min", _sart_ablation),
+           ("sim",), "sim 4 min", "sim 55 min", _sart_ablation),
 )}
