@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from fasttts.cli.sizes import parse_size
+from fasttts.cli.sizes import POSITIVE_INT, parse_size
 
 __all__ = ["add_run_options", "check_models", "run_config", "runtime_config"]
 
@@ -52,7 +52,7 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
               notes={"block_size": f"; {SimConfig.model_fields['block_size'].default} with "
                                    f"--backend sim",
                      **dict.fromkeys(_GIVEN_ENGINE_FLAGS, "; real engines only")})
-    g.add_argument("--data-parallel-size", type=int, default=1, metavar="N",
+    g.add_argument("--data-parallel-size", type=POSITIVE_INT, default=1, metavar="N",
                    help="vLLM's engine replicas: only 1; fasttts runs one in-process engine per "
                         "model, so scale out with `fasttts serve` replicas behind a load "
                         "balancer (docs/serving.md, Scaling out)")
