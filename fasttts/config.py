@@ -365,7 +365,7 @@ class RuntimeConfig(_Strict):
     incremental_verification: bool | None = None
     plan_seq_len: int | None = Field(default=None, gt=0)
     replan_min_shift: float = Field(default=0.1, ge=0.0, le=1.0)
-    spec_truncation_ratio: float = 0.85
+    spec_truncation_ratio: float = Field(default=0.85, allow_inf_nan=True)  # nan: own message
     exact: bool | None = None
 
     @field_validator("spec_truncation_ratio")

@@ -167,7 +167,7 @@ def load_workload(spec: str | None) -> Workload:
         try:
             fields = read_json(spec)
         except JsonFileError as e:
-            raise ValueError(f"cannot read workload file {e}") from None
+            raise ValueError(f"bad workload file {e}") from None
         if isinstance(fields, dict) and "log_median_loc" in fields:
             return LongCoTWorkload(LongCoTModel.load(spec))
     return Workload(WorkloadModel.from_file(spec))
