@@ -3,6 +3,7 @@
 A recipe reproduces one evaluation (a paper figure, or one of this project's own
 measurements) into an append-only output folder (`fasttts.bench.store`): resumable, with
 progress bars, `summary.json` and a printed table. `RECIPES` is the one list of them.
+A recipe's `report` turns its folder's rows into its part of REPORT.md (`Section`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["RECIPES", "Recipe"]
+__all__ = ["RECIPES", "Recipe", "Section"]
+
+
+@dataclass(frozen=True)
+class Section:
+    """One recipe's part of `fasttts bench report` (REPORT.md).
+
+    Attributes:
+        title: the figure it reproduces, e.g. "FastTTS Fig. 12: goodput vs n".
+        paper: the paper's headline numbers for that figure, quoted with their section.
+        ours: markdown: our table of the rows, and a sentence of what it shows.
+        shortfall: where we fall short of the paper's number, plainly ("" if we do not).
+        figures: file names of the PNGs the report hook wrote into its figure folder.
+    """
+
+    title: str
+    paper: str
+    ours: str
+    shortfall: str
+    figures: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -24,6 +44,9 @@ class Recipe:
         quick_time, full_time: expected wall time at --quick and full size on 2 cores (as
             measured on this project's machine, often shared with other jobs).
         main: runs it from the parsed arguments; returns the exit code.
+        report: report(config, rows, figdir) -> Section: config and rows as the recipe's
+            `RowStore` holds them (config.json, rows.jsonl entries {"key", "row",
+            "requests"}); writes its PNGs (matplotlib) into `figdir`. None: not reported yet.
     """
 
     name: str
@@ -32,6 +55,7 @@ class Recipe:
     quick_time: str
     full_time: str
     main: Callable
+    report: Callable[..., Section] | None = None
 
 
 def _sart_latency(args) -> int:
