@@ -27,7 +27,7 @@ def test_list_names_every_recipe_with_its_backends_and_times(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["bench", "nope", "--out", "OUT"], "invalid choice: 'nope'"),
+    (["bench", "nope", "--out", "OUT"], "unknown recipe 'nope'"),
     (["bench", "sart-latency", "--out", "OUT", "--rates", "0,0.1"], "--rates takes two"),
     (["bench", "sart-latency", "--out", "OUT", "--rates", "0.1"], "--rates takes two"),
     (["bench", "sart-latency", "--out", "OUT", "--backend", "tpu"], "invalid choice: 'tpu'"),

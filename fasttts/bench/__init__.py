@@ -24,6 +24,9 @@ class Section:
         ours: markdown: our table of the rows, and a sentence of what it shows.
         shortfall: where we fall short of the paper's number, plainly ("" if we do not).
         figures: file names of the PNGs the report hook wrote into its figure folder.
+        headline: one line for the report's summary table: our headline number beside the
+            paper's, e.g. "P97 x9.1 lower than self-consistency (paper: x15.7 on average)"
+            ("": the summary table points to the section).
     """
 
     title: str
@@ -31,6 +34,7 @@ class Section:
     ours: str
     shortfall: str
     figures: tuple[str, ...] = ()
+    headline: str = ""
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,10 @@ class Recipe:
         report: report(config, rows, figdir) -> Section: config and rows as the recipe's
             `RowStore` holds them (config.json, rows.jsonl entries {"key", "row",
             "requests"}); writes its PNGs (matplotlib) into `figdir`. None: not reported yet.
+        run_configs: run_configs(args) -> the `RunConfig`s of the engines the run uses, for
+            the platform `fasttts bench` records in the run's run.json
+            (`fasttts.engines.platform_info`). None: the backend alone is recorded (and the
+            host and default engine settings on vllm).
     """
 
     name: str
@@ -56,6 +64,25 @@ class Recipe:
     full_time: str
     main: Callable
     report: Callable[..., Section] | None = None
+    run_configs: Callable[..., list] | None = None
+
+
+def _sart_latency_report(config, rows, figdir) -> Section:
+    from fasttts.bench import sart_report
+
+    return sart_report.latency_section(config, rows, figdir)
+
+
+def _sart_ablation_report(config, rows, figdir) -> Section:
+    from fasttts.bench import sart_report
+
+    return sart_report.ablation_section(config, rows, figdir)
+
+
+def _sart_configs(args) -> list:
+    from fasttts.bench import sart_latency
+
+    return sart_latency.run_configs(args)
 
 
 def _sart_latency(args) -> int:
@@ -74,8 +101,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("sart-latency", "SART vs self-consistency, best-of-N and vanilla under Poisson "
            "arrivals: P50-P99 latency, accuracy, tokens (SART section 5.2, Fig. 5)",
            ("sim", "vllm"), "sim 5 min, vllm 20 min", "sim 50 min, vllm 50 min",
-           _sart_latency),
+           _sart_latency, _sart_latency_report, _sart_configs),
     Recipe("sart-ablation", "early stopping alone, pruning alone, both, vs self-consistency, "
            "N = 8 (SART section 5.3, Fig. 6)",
-           ("sim",), "sim 4 min", "sim 55 min", _sart_ablation),
+           ("sim",), "sim 4 min", "sim 55 min", _sart_ablation, _sart_ablation_report,
+           _sart_configs),
 )}

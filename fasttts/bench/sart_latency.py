@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from fasttts.bench.store import RowStore
 from fasttts.eval.datasets import Problem
 
-__all__ = ["ABLATION", "RATE_FACTORS", "ROWS", "SC8", "Row", "Sizes", "arrivals", "run", "sim_questions"]
+__all__ = ["ABLATION", "RATE_FACTORS", "ROWS", "SC8", "Row", "Sizes", "arrivals", "run",
+           "run_configs", "sim_questions", "table"]
 
 #: The rates, as multiples of self-consistency's measured capacity at N = 8.
 RATE_FACTORS = {"low": 0.5, "high": 1.5}
@@ -176,11 +177,13 @@ def _progress(desc: str, total: int):
     return tick
 
 
-def _table(rows: list[dict], clock: str) -> str:
-    """The rows as a markdown table (`clock`: "simulated" or "wall" seconds)."""
-    head = (f"| method | N | rate req/s | P50 s | P90 s | P97 s | P99 s | queue s | "
-            f"inference s | accuracy | tokens/request | failed | KV blocks after |  ({clock})")
-    lines = [head, "|---" * 13 + "|"]  # the capacity run first (rate "saturation")
+def table(rows: list[dict], clock: str) -> str:
+    """The rows as a markdown table, under a line saying whose seconds they are (`clock`:
+    "simulated" or "wall")."""
+    head = ("| method | N | rate req/s | P50 s | P90 s | P97 s | P99 s | queue s | "
+            "inference s | accuracy | tokens/request | failed | KV blocks after |")
+    lines = [f"Seconds: {'simulated (virtual clock)' if clock == 'simulated' else clock}.", "",
+             head, "|---" * 13 + "|"]  # the capacity run first (rate "saturation")
 
     def f(x, digits=1):
         return "-" if x is None else f"{x:.{digits}f}"
@@ -193,6 +196,24 @@ def _table(rows: list[dict], clock: str) -> str:
                      + f" | {f(r['accuracy'], 3)} | {f(r['tokens_per_request'], 0)} | "
                      f"{r['failed']} | {r.get('kv_blocks_after', '-')} |")
     return "\n".join(lines)
+
+
+def _max_tokens(args) -> int:
+    return args.max_tokens or (30268 if args.backend == "sim" else 512)
+
+
+def run_configs(args) -> list:
+    """The engines a run of `args` uses, as `RunConfig`s (for its recorded platform): the
+    simulated device of `sim_run_config`, or `fasttts serve`'s default engines on vllm."""
+    from fasttts.config import RunConfig, RuntimeConfig
+
+    search = _search(Row("sart", "sart", 8), _max_tokens(args), args.sart_t)
+    if args.backend == "sim":
+        from fasttts.bench.serve_backends import sim_run_config
+
+        return [sim_run_config(search)]
+    return [RunConfig(backend="vllm", search=search,
+                      runtime=RuntimeConfig(incremental_verification=True))]
 
 
 def main(args, rows, recipe: str) -> int:
@@ -209,8 +230,7 @@ def main(args, rows, recipe: str) -> int:
     rates = _rates(args.rates)
     sizes = SIZES[(args.backend, args.quick)]
     def make_search(row: Row):
-        return _search(row, args.max_tokens or (30268 if args.backend == "sim" else 512),
-                       args.sart_t)
+        return _search(row, _max_tokens(args), args.sart_t)
 
     with RowStore(out, {"recipe": recipe, "backend": args.backend, "quick": args.quick,
                         "rates": rates, "sart_t": args.sart_t, "seed": args.seed}) as store:
@@ -222,7 +242,7 @@ def main(args, rows, recipe: str) -> int:
                          and not r.params and not r.runtime)
             cap, result = _run_real(args, store, rows, sizes, make_search, rates, out)
         summary = store.write_summary({"capacity": cap, "rows": result})
-    print(_table([cap, *result], "simulated" if args.backend == "sim" else "wall"))
+    print(table([cap, *result], "simulated" if args.backend == "sim" else "wall"))
     print(f"\nwrote {summary}")
     return 0
 

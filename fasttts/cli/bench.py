@@ -1,22 +1,43 @@
-"""`fasttts bench`: list the benchmark recipes, or run one into an output folder
-(`fasttts.bench`)."""
+"""`fasttts bench`: list the benchmark recipes, run one (or all) into an output folder, or
+write the report of the runs in a folder (`fasttts.bench`).
+
+    fasttts bench --list
+    fasttts bench NAME [--quick] --out DIR     # one recipe; a rerun resumes
+    fasttts bench all [--quick] --out DIR      # every recipe of --backend into DIR/NAME
+    fasttts bench report DIR                   # DIR/REPORT.md and DIR/figures/
+
+Every run goes through `fasttts.bench.runinfo.record_run` (DIR/run.json: command, platform,
+wall time). Bad input (an unknown recipe, --out not writable, a report folder with no runs)
+is one `error:` line and exit code 2, before anything runs.
+"""
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 __all__ = ["add_parser"]
+
+#: The commands of `fasttts bench` beside the recipes' names.
+ALL, REPORT = "all", "report"
 
 
 def add_parser(sub, parents: list) -> None:
     """Add `bench` to the CLI's subcommands (`sub`, from `add_subparsers`)."""
     from fasttts.bench import RECIPES
 
+    assert not {ALL, REPORT} & set(RECIPES), "a recipe may not be named all or report"
     p = sub.add_parser("bench", parents=parents,
-                       help="run a benchmark recipe (a paper figure or a project measurement)")
-    p.add_argument("recipe", nargs="?", choices=sorted(RECIPES), metavar="RECIPE",
-                   help=f"the recipe: {', '.join(sorted(RECIPES))} (see --list)")
+                       help="run a benchmark recipe (a paper figure or a project measurement), "
+                            "all of them, or write the report of the runs in a folder")
+    p.add_argument("recipe", nargs="?", metavar="RECIPE",
+                   help=f"a recipe ({', '.join(RECIPES)}; see --list), `{ALL}` (every recipe "
+                        f"that runs on --backend, into --out/NAME, then the report) or "
+                        f"`{REPORT} DIR`")
+    p.add_argument("dir", nargs="?", metavar="DIR",
+                   help=f"with `{REPORT}`: the folder of runs to write REPORT.md and figures/ "
+                        f"into")
     p.add_argument("--list", action="store_true", help="list the recipes and exit")
     p.add_argument("--out", help="output folder (append-only; a rerun resumes)")
     p.add_argument("--quick", action="store_true", help="the small size (minutes)")
@@ -42,23 +63,125 @@ def _list() -> str:
     for r in RECIPES.values():
         lines.append(f"{r.name:<15} {','.join(r.backends):<10} {r.quick_time:<24} "
                      f"{r.full_time:<24} {r.about}")
+    lines += ["", f"{ALL:<15} every recipe that runs on --backend, into --out/NAME, then the "
+                  f"report", f"{REPORT + ' DIR':<15} DIR/REPORT.md and DIR/figures/ from the "
+                             f"runs in DIR"]
     return "\n".join(lines)
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
-    from fasttts.bench import RECIPES
+def _check(args: argparse.Namespace) -> None:
+    """The options every run shares, checked before anything runs.
 
-    if args.list or args.recipe is None:
-        print(_list())
-        return 0 if args.list else 2
-    recipe = RECIPES[args.recipe]
-    if args.backend not in recipe.backends:
+    Raises:
+        ValueError: an unknown recipe, DIR without `report`, --out missing or not writable,
+            a recipe that does not run on --backend, --sart-t or --max-tokens < 1.
+    """
+    from fasttts.bench import RECIPES
+    from fasttts.bench.store import check_out_dir
+
+    if args.recipe not in RECIPES and args.recipe != ALL:
+        raise ValueError(f"unknown recipe {args.recipe!r}; the recipes are: "
+                         f"{', '.join(RECIPES)} (`fasttts bench --list` says what each does), "
+                         f"or `{ALL}`, or `{REPORT} DIR`")
+    if args.dir is not None:
+        raise ValueError(f"unexpected argument {args.dir!r}: a folder is given with --out "
+                         f"(DIR is for `fasttts bench {REPORT} DIR`)")
+    if args.recipe != ALL and args.backend not in RECIPES[args.recipe].backends:
+        recipe = RECIPES[args.recipe]
         raise ValueError(f"recipe {recipe.name} runs on {', '.join(recipe.backends)}, not "
                          f"--backend {args.backend}")
     if args.out is None:
         raise ValueError("--out is required: the folder the benchmark writes to")
     if args.sart_t < 1 or (args.max_tokens is not None and args.max_tokens < 1):
         raise ValueError("--sart-t and --max-tokens must be >= 1")
+    check_out_dir(args.out)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.list or args.recipe is None:
+        print(_list())
+        return 0 if args.list else 2
+    if args.recipe == REPORT:
+        return _report(args.dir if args.dir is not None else args.out)
+    _check(args)
+    if args.recipe == ALL:
+        return _all(args)
+    from fasttts.bench import RECIPES
+
+    return _run(RECIPES[args.recipe], args, args.out)
+
+
+def _run(recipe, args: argparse.Namespace, out: str, recipe_command: str | None = None) -> int:
+    """One recipe into `out`, recorded in out/run.json (`fasttts.bench.runinfo`)."""
+    from fasttts.bench.runinfo import record_run
+
     print(f"fasttts bench {recipe.name} ({'quick' if args.quick else 'full'}, "
-          f"{args.backend}) -> {args.out}", file=sys.stderr)
-    return recipe.main(args)
+          f"{args.backend}) -> {out}", file=sys.stderr)
+    run_args = argparse.Namespace(**{**vars(args), "out": out, "recipe": recipe.name})
+    argv = getattr(args, "argv", None) or sys.argv[1:]
+    with record_run(recipe, run_args, out, argv, recipe_command) as result:
+        code = recipe.main(run_args)
+        if code:
+            result["status"] = f"exit {code}"
+    return code
+
+
+def _recipe_argv(argv: list[str], name: str, out: str) -> list[str]:
+    """`argv` of `fasttts bench all ...` as the command that runs recipe `name` into `out`."""
+    out_argv, skip = [], False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+        elif arg == "--out":
+            skip = True
+        elif not arg.startswith("--out="):
+            out_argv.append(name if arg == ALL and i and argv[i - 1] == "bench" else arg)
+    return [*out_argv, "--out", out]
+
+
+def _all(args: argparse.Namespace) -> int:
+    """Every recipe that runs on --backend into --out/NAME (each resumable), then the report;
+    a recipe that fails is reported and the others still run. Exit code: the worst one."""
+    from pathlib import Path
+
+    from fasttts.bench import RECIPES
+
+    recipes = [r for r in RECIPES.values() if args.backend in r.backends]
+    codes = []
+    for recipe in recipes:
+        out = str(Path(args.out) / recipe.name)
+        argv = getattr(args, "argv", None) or sys.argv[1:]
+        command = shlex.join(["fasttts", *_recipe_argv(argv, recipe.name, out)])
+        try:
+            codes.append(_run(recipe, args, out, command))
+        except ValueError as e:
+            print(f"error: {recipe.name}: {e}", file=sys.stderr)
+            codes.append(2)
+    failed = [r.name for r, c in zip(recipes, codes) if c]
+    if failed:
+        print(f"fasttts bench all: {', '.join(failed)} failed (see above); the report has "
+              f"the others", file=sys.stderr)
+    return max([*codes, _report(args.out)])
+
+
+def _report(folder: str | None) -> int:
+    """`fasttts bench report DIR`: write the report; print where, and what was not reported."""
+    from fasttts.bench.report import write_report
+
+    if folder is None:
+        raise ValueError(f"`fasttts bench {REPORT}` needs the folder of runs: fasttts bench "
+                         f"{REPORT} DIR")
+    path, entries = write_report(folder)
+    broken = 0
+    for e in entries:
+        for note in e.run.notes if e.run else ():
+            print(f"warning: {note}", file=sys.stderr)
+        if e.status.startswith("report hook failed"):
+            broken += 1
+            print(f"error: {e.recipe} ({e.run.folder}): {e.status}", file=sys.stderr)
+    reported = sum(e.section is not None for e in entries)
+    print(f"wrote {path}: {reported} section(s) with figures; "
+          f"{sum(e.run is None for e in entries)} recipe(s) not run, "
+          f"{sum(e.run is not None and e.section is None for e in entries)} run(s) not "
+          f"reported")
+    return 1 if broken else 0

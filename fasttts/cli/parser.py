@@ -53,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (2 for a configuration error)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # the command line as given (recorded with a benchmark's results)
     from pydantic import ValidationError
 
     from fasttts.logging_setup import configure, log_to_stderr

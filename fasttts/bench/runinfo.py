@@ -1,0 +1,156 @@
+"""run.json: how a recipe's output folder was made, written by `fasttts bench` around every run
+of a recipe (not by the recipes), read by `fasttts bench report`.
+
+    {"recipe": "sart-latency", "backend": "sim", "command": "fasttts bench ... (the last run)",
+     "wall_s": 1234.5,                       # all runs together (a resumed run adds its own)
+     "runs": [{"command", "recipe_command", "start", "end" (UTC, ISO 8601), "wall_s",
+               "status" ("ok", "exit N", "interrupted", "error: ..."),
+               "platform" (`fasttts.engines.platform_info.run_platform` per engine config),
+               "platform_text" (one line), "fasttts_version", "git_commit", "git_dirty"}]}
+
+Written atomically (a temporary file, then a rename) after each run, while the run holds the
+folder's lock (`fasttts.eval.folder_lock`); a run that wrote nothing (refused input) leaves no
+run.json and no folder behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+from fasttts.eval.folder_lock import LOCK_NAME, FolderLock
+from fasttts.jsonio import JsonFileError, read_json
+
+__all__ = ["RUN_JSON", "git_commit", "read_run", "record_run"]
+
+RUN_JSON = "run.json"
+
+
+def git_commit() -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the git checkout the fasttts package runs from; (None, None) when it
+    is not one (an installed wheel) or git is missing. Dirty: tracked files changed."""
+    here = Path(__file__).resolve().parent
+
+    def git(*argv: str) -> str:
+        return subprocess.run(["git", "-C", os.fspath(here), *argv], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+
+    try:
+        return git("rev-parse", "HEAD"), bool(git("status", "--porcelain",
+                                                  "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+
+
+def _platform(recipe, args) -> tuple[list[dict], str]:
+    """The platforms of the run's engines (`Recipe.run_configs`) and one line of them."""
+    from fasttts.config import RunConfig
+    from fasttts.engines.platform_info import describe_platform, run_platform
+
+    try:
+        if recipe.run_configs is not None:
+            configs = recipe.run_configs(args)
+        elif args.backend == "vllm":  # the host, dtype and threads of the default engines
+            configs = [RunConfig(backend="vllm")]
+        else:
+            return [{"backend": "sim"}], "simulated (the recipe does not name its device)"
+        platforms = [run_platform(c) for c in configs]
+    except Exception as e:  # a record of the run, not a reason to fail it
+        return [{"backend": args.backend, "error": str(e)}], f"{args.backend} (not recorded: {e})"
+    texts = list(dict.fromkeys(describe_platform(p) for p in platforms))
+    cpu = next((p["cpu"] for p in platforms if "cpu" in p), None)
+    bf16 = "" if cpu is None else ("; AVX-512-BF16: yes" if "avx512_bf16" in cpu["flags"]
+                                   else "; AVX-512-BF16: no")
+    return platforms, "; ".join(texts) + bf16
+
+
+def read_run(folder: str | os.PathLike) -> dict | None:
+    """The folder's run.json (None: none; a damaged one raises).
+
+    Raises:
+        JsonFileError: run.json is not JSON, or not an object.
+    """
+    path = Path(folder) / RUN_JSON
+    if not path.exists():
+        return None
+    value = read_json(path)
+    if not isinstance(value, dict):
+        raise JsonFileError(os.fspath(path), "expected a JSON object (the runs of a recipe)")
+    return value
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _write(folder: Path, recipe, args, entry: dict) -> None:
+    """Add `entry` to the folder's run.json (atomically)."""
+    try:
+        old = read_run(folder) or {}
+    except JsonFileError:
+        old = {}  # a damaged record is replaced, not a reason to lose this run's
+    runs = [*old.get("runs", []), entry]
+    data = {"recipe": recipe.name, "backend": args.backend, "command": entry["command"],
+            "wall_s": sum(r.get("wall_s", 0.0) for r in runs), "runs": runs}
+    tmp = folder / f".{RUN_JSON}.tmp"
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, folder / RUN_JSON)
+
+
+@contextmanager
+def record_run(recipe, args, out: str | os.PathLike, argv: list[str],
+               recipe_command: str | None = None):
+    """Hold `out`'s lock around one run of `recipe` and add the run to out/run.json after it
+    (module docstring) if the run wrote anything there; yields a dict whose "status" the
+    caller sets to "exit N" for a run that returned exit code N != 0 ("ok" by default).
+
+    Args:
+        recipe: the `fasttts.bench.Recipe`.
+        args: the parsed arguments (`args.backend`; passed to `Recipe.run_configs`).
+        out: the recipe's output folder (checked by `fasttts.bench.store.check_out_dir`).
+        argv: the command line, without the program name.
+        recipe_command: the command that runs this recipe alone into `out` (`fasttts bench
+            all` runs several); default: the command line.
+
+    Raises:
+        fasttts.eval.folder_lock.FolderInUse: another process writes to `out`.
+    """
+    folder = Path(out)
+    lock = FolderLock(folder, "--out").acquire()
+    result = {"status": "ok"}
+    start, t0 = _now(), time.monotonic()
+    try:
+        yield result
+    except KeyboardInterrupt:
+        result["status"] = "interrupted"
+        raise
+    except Exception as e:
+        result["status"] = f"error: {e}"
+        raise
+    finally:
+        try:
+            if any(p.name != LOCK_NAME for p in folder.iterdir()):
+                entry = _entry(recipe, args, argv, start, t0, result["status"])
+                entry["recipe_command"] = recipe_command or entry["command"]
+                _write(folder, recipe, args, entry)
+        finally:
+            lock.release()
+
+
+def _entry(recipe, args, argv: list[str], start: str, t0: float, status: str) -> dict:
+    """One run's record (module docstring)."""
+    from fasttts import __version__
+
+    wall = time.monotonic() - t0
+    platforms, text = _platform(recipe, args)
+    commit, dirty = git_commit()
+    return {"command": shlex.join(["fasttts", *argv]),
+            "start": start, "end": _now(), "wall_s": wall, "status": status,
+            "platform": platforms, "platform_text": text, "fasttts_version": __version__,
+            "git_commit": commit, "git_dirty": dirty}
