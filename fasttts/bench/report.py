@@ -251,7 +251,7 @@ def write_report(root: str | os.PathLike) -> tuple[Path, list[_Entry]]:
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     text = "\n".join([
         "# fasttts bench report", "",
-        f"Written by `fasttts bench report {root.name}` on {now} from the {len(folders)} "
+        f"Written by `fasttts bench report {root}` on {now} from the {len(folders)} "
         f"run folder(s) here. Rows on the simulator are virtual-clock seconds of its cost "
         f"model (labelled simulated), predictions, not measurements; rows on vllm are "
         f"wall-clock seconds on the host named in their section.", "",

@@ -147,10 +147,10 @@ def _entry(recipe, args, argv: list[str], start: str, t0: float, status: str) ->
     """One run's record (module docstring)."""
     from fasttts import __version__
 
-    wall = time.monotonic() - t0
+    wall, end = time.monotonic() - t0, _now()
     platforms, text = _platform(recipe, args)
     commit, dirty = git_commit()
     return {"command": shlex.join(["fasttts", *argv]),
-            "start": start, "end": _now(), "wall_s": wall, "status": status,
+            "start": start, "end": end, "wall_s": wall, "status": status,
             "platform": platforms, "platform_text": text, "fasttts_version": __version__,
             "git_commit": commit, "git_dirty": dirty}
