@@ -64,9 +64,9 @@ def find_runs(root: str | os.PathLike) -> list[Path]:
     """
     root = Path(root)
     if not root.is_dir():
-        raise ReportError(f"bench report: {root} {'is not a folder' if root.exists() else 'does not exist'}"
-                          f"; give the folder that `fasttts bench NAME --out DIR/NAME` or "
-                          f"`fasttts bench all --out DIR` wrote")
+        what = "is not a folder" if root.exists() else "does not exist"
+        raise ReportError(f"bench report: {root} {what}; give the folder that `fasttts bench "
+                          f"NAME --out DIR/NAME` or `fasttts bench all --out DIR` wrote")
     runs = sorted(p for p in root.iterdir() if p.is_dir() and (p / "config.json").is_file())
     if not runs:
         hint = (" (it is one run's folder: give its parent)"
@@ -137,11 +137,12 @@ def _facts(run: RunFolder) -> dict[str, str]:
     elif last.get("status") != "ok":
         wall += f" ({last.get('status')})"
     commit = last.get("git_commit")
+    if commit:
+        commit = commit[:10] + (" (with uncommitted changes)" if last.get("git_dirty") else "")
     return {"command": f"`{last.get('recipe_command') or last.get('command')}`",
             "backend": last.get("platform_text", backend),
             "wall time": wall, "date": str(last.get("end", "?"))[:10],
-            "fasttts": f"{last.get('fasttts_version', '?')}, commit "
-                       f"{commit[:10] + (' (uncommitted changes)' if last.get('git_dirty') else '') if commit else 'not recorded'}"}
+            "fasttts": f"{last.get('fasttts_version', '?')}, commit {commit or 'not recorded'}"}
 
 
 @dataclass

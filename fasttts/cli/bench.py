@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import traceback
 
 __all__ = ["add_parser"]
 
@@ -141,7 +142,8 @@ def _recipe_argv(argv: list[str], name: str, out: str) -> list[str]:
 
 def _all(args: argparse.Namespace) -> int:
     """Every recipe that runs on --backend into --out/NAME (each resumable), then the report;
-    a recipe that fails is reported and the others still run. Exit code: the worst one."""
+    a recipe that fails is reported and the others still run. Exit code: the highest of the
+    recipes' and the report's (0: all ran and were reported)."""
     from pathlib import Path
 
     from fasttts.bench import RECIPES
@@ -154,9 +156,12 @@ def _all(args: argparse.Namespace) -> int:
         command = shlex.join(["fasttts", *_recipe_argv(argv, recipe.name, out)])
         try:
             codes.append(_run(recipe, args, out, command))
-        except ValueError as e:
+        except ValueError as e:  # bad input for this recipe (its folder in use, ...)
             print(f"error: {recipe.name}: {e}", file=sys.stderr)
             codes.append(2)
+        except Exception:  # a defect in one recipe: shown, and the others still run
+            traceback.print_exc()
+            codes.append(1)
     failed = [r.name for r, c in zip(recipes, codes) if c]
     if failed:
         print(f"fasttts bench all: {', '.join(failed)} failed (see above); the report has "
