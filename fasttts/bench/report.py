@@ -198,7 +198,8 @@ def _section_md(root: Path, entry: _Entry, figdir: Path) -> str:
     else:
         parts += [f"**{entry.status}**", ""]
     facts = {"folder": f"`{run.folder.name}`", **_facts(run)}
-    parts += ["| run | |", "|---|---|", *(f"| {k} | {v} |" for k, v in facts.items())]
+    parts += ["| run | |", "|---|---|",
+              *(f"| {k} | {v.replace('|', chr(92) + '|')} |" for k, v in facts.items())]
     if run.notes:
         parts += ["", "Problems found in this run's files:", "",
                   *(f"- {n}" for n in run.notes)]

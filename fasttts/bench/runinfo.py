@@ -9,8 +9,10 @@ of a recipe (not by the recipes), read by `fasttts bench report`.
                "platform_text" (one line), "fasttts_version", "git_commit", "git_dirty"}]}
 
 Written atomically (a temporary file, then a rename) after each run, while the run holds the
-folder's lock (`fasttts.eval.folder_lock`); a run that wrote nothing (refused input) leaves no
-run.json and no folder behind.
+folder's lock (`fasttts.eval.folder_lock`) for its whole length (so a recipe must not hand the
+same folder to a child process that locks it); a run that wrote nothing (refused input)
+leaves no run.json and no folder behind. A damaged run.json is moved to run.json.bad with a
+warning (`RunFileWarning`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import shlex
 import subprocess
 import time
+import warnings
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,9 +30,13 @@ from pathlib import Path
 from fasttts.eval.folder_lock import LOCK_NAME, FolderLock
 from fasttts.jsonio import JsonFileError, read_json
 
-__all__ = ["RUN_JSON", "git_commit", "read_run", "record_run"]
+__all__ = ["RUN_JSON", "RunFileWarning", "git_commit", "read_run", "record_run"]
 
 RUN_JSON = "run.json"
+
+
+class RunFileWarning(UserWarning):
+    """A damaged run.json was moved to run.json.bad."""
 
 
 def git_commit() -> tuple[str | None, bool | None]:
@@ -74,14 +81,16 @@ def read_run(folder: str | os.PathLike) -> dict | None:
     """The folder's run.json (None: none; a damaged one raises).
 
     Raises:
-        JsonFileError: run.json is not JSON, or not an object.
+        JsonFileError: run.json is not JSON, or not an object with a list of runs.
     """
     path = Path(folder) / RUN_JSON
     if not path.exists():
         return None
     value = read_json(path)
-    if not isinstance(value, dict):
-        raise JsonFileError(os.fspath(path), "expected a JSON object (the runs of a recipe)")
+    runs = value.get("runs") if isinstance(value, dict) else None
+    if not (isinstance(runs, list) and all(isinstance(r, dict) for r in runs)):
+        raise JsonFileError(os.fspath(path), 'expected a JSON object whose "runs" is a list of '
+                                             'objects (one per run of the recipe)')
     return value
 
 
@@ -93,8 +102,11 @@ def _write(folder: Path, recipe, args, entry: dict) -> None:
     """Add `entry` to the folder's run.json (atomically)."""
     try:
         old = read_run(folder) or {}
-    except JsonFileError:
-        old = {}  # a damaged record is replaced, not a reason to lose this run's
+    except JsonFileError as e:  # kept for the user, and not a reason to lose this run's record
+        os.replace(folder / RUN_JSON, folder / f"{RUN_JSON}.bad")
+        warnings.warn(f"{e}; moved to {RUN_JSON}.bad, {RUN_JSON} starts again with this run",
+                      RunFileWarning, stacklevel=2)
+        old = {}
     runs = [*old.get("runs", []), entry]
     data = {"recipe": recipe.name, "backend": args.backend, "command": entry["command"],
             "wall_s": sum(r.get("wall_s", 0.0) for r in runs), "runs": runs}
