@@ -50,7 +50,9 @@ class Recipe:
         main: runs it from the parsed arguments; returns the exit code.
         report: report(config, rows, figdir) -> Section: config and rows as the recipe's
             `RowStore` holds them (config.json, rows.jsonl entries {"key", "row",
-            "requests"}); writes its PNGs (matplotlib) into `figdir`. None: not reported yet.
+            "requests"}, damaged lines set aside); writes its PNGs (matplotlib, e.g. with
+            `fasttts.bench.plots`) into `figdir` (a `pathlib.Path`, not created yet). None:
+            not reported yet. Called by `fasttts bench report` (`fasttts.bench.report`).
         run_configs: run_configs(args) -> the `RunConfig`s of the engines the run uses, for
             the platform `fasttts bench` records in the run's run.json
             (`fasttts.engines.platform_info`). None: the backend alone is recorded (and the

@@ -16,6 +16,7 @@ rest is reported. REPORT.md is written atomically.
 from __future__ import annotations
 
 import os
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -259,7 +260,13 @@ def write_report(root: str | os.PathLike) -> tuple[Path, list[_Entry]]:
         f"wall-clock seconds on the host named in their section.", "",
         _summary(entries), "", *(e.markdown for e in entries if e.run is not None)])
     path = root / REPORT_NAME
-    tmp = root / f".{REPORT_NAME}.tmp"
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{REPORT_NAME}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp's is 0600
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)  # a reader sees the old report or the new one, never half
+    except BaseException:
+        os.unlink(tmp)
+        raise
     return path, entries
