@@ -8,6 +8,8 @@ A recipe's `report` turns its folder's rows into its part of REPORT.md (`Section
 
 from __future__ import annotations
 
+import importlib
+
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -70,6 +72,24 @@ def _sart_ablation(args) -> int:
     return sart_latency.main(args, sart_latency.ABLATION, "sart-ablation")
 
 
+def _recipe(module: str) -> Callable:
+    """The `main` of recipe module `fasttts.bench.<module>`, imported when it runs."""
+
+    def main(args) -> int:
+        return importlib.import_module(f"fasttts.bench.{module}").main(args)
+
+    return main
+
+
+def _report(module: str) -> Callable[..., Section]:
+    """The `report` hook of recipe module `fasttts.bench.<module>`, imported when called."""
+
+    def report(config: dict, rows: list[dict], figdir) -> Section:
+        return importlib.import_module(f"fasttts.bench.{module}").report(config, rows, figdir)
+
+    return report
+
+
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("sart-latency", "SART vs self-consistency, best-of-N and vanilla under Poisson "
            "arrivals: P50-P99 latency, accuracy, tokens (SART section 5.2, Fig. 5)",
@@ -78,4 +98,10 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("sart-ablation", "early stopping alone, pruning alone, both, vs self-consistency, "
            "N = 8 (SART section 5.3, Fig. 6)",
            ("sim",), "sim 4 min", "sim 55 min", _sart_ablation),
+    Recipe("planner", "the memory planner's search time per call, 1.5B + 7B PRM on the RTX "
+           "4090 spec, n = 8-512 (FastTTS section 4.3.1: < 1 ms)",
+           ("sim",), "sim TBD", "sim TBD", _recipe("planner"), _report("planner")),
+    Recipe("fig18", "KV blocks held vs batch size by submission order, and goodput vs KV "
+           "budget: baseline, P, M+P (FastTTS section 6.5.3-6.5.4, Fig. 18)",
+           ("sim",), "sim TBD", "sim TBD", _recipe("fig18"), _report("fig18")),
 )}

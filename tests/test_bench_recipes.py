@@ -1,0 +1,103 @@
+"""The recipes planner, fig17, fig18, calibration, verifier-modes and verifiers of `fasttts
+bench` (fast, simulated or engine-free): their rows, their report sections and figures, and
+the real-engine recipes' refusal of bad input before any engine starts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from fasttts.beam import Beam
+from fasttts.bench import RECIPES, Section
+from fasttts.bench import planner
+from fasttts.bench.fig18 import kv_block_row
+from fasttts.runtime.prefix_scheduling import (adversarial_order, baseline_order,
+                                               batch_kv_blocks, prefix_aware_order)
+
+
+def _args(out, **kw) -> argparse.Namespace:
+    base = dict(out=str(out), quick=True, backend="sim", rates=None, sart_t=400,
+                max_tokens=None, seed=0, port=8766)
+    return argparse.Namespace(**(base | kw))
+
+
+def _rows(folder: Path) -> tuple[dict, list[dict]]:
+    cfg = json.loads((folder / "config.json").read_text())
+    return cfg, [json.loads(x) for x in (folder / "rows.jsonl").read_text().splitlines()]
+
+
+# -- planner ------------------------------------------------------------------------------
+
+def test_a_planner_row_times_the_calls_and_checks_the_papers_bound():
+    row = planner.time_plan(8, planner.VARIANTS[0], 5)
+    assert set(row) == {"n", "variant", "calls", "median_ms", "p90_ms", "max_ms", "b_pre",
+                        "b_dec", "verifier_kv_gib", "under_paper_bound"}
+    assert row["n"] == 8 and row["calls"] == 5
+    assert 0 < row["median_ms"] <= row["p90_ms"] <= row["max_ms"]
+    assert row["under_paper_bound"] is (row["median_ms"] < planner.PAPER_MS)
+    assert 1 <= row["b_pre"] and 1 <= row["b_dec"] <= 8
+    with pytest.raises(ValueError, match="calls >= 1"):
+        planner.time_plan(8, planner.VARIANTS[0], 0)
+
+
+def test_the_planner_report_states_a_row_over_the_bound(tmp_path):
+    slow = {"n": 512, "variant": planner.VARIANTS[1], "calls": 3, "median_ms": 2.5,
+            "p90_ms": 3.0, "max_ms": 3.1, "b_pre": 4, "b_dec": 128, "verifier_kv_gib": 0.5,
+            "under_paper_bound": False, "host": "test CPU", "load_average": 1.5}
+    fast = slow | {"n": 8, "median_ms": 0.2, "under_paper_bound": True}
+    sec = planner.report({"calls": 3, "kv_budget_gib": 4.23, "seq_len": 1024},
+                         [{"key": "a", "row": fast}, {"key": "b", "row": slow}], tmp_path)
+    assert "n = 512 with reuse (beam search) 2.50 ms" in sec.shortfall
+    assert "n = 8 " not in sec.shortfall and "<1 ms" in sec.paper
+    assert sec.figures == ("planner.png",) and (tmp_path / "planner.png").stat().st_size > 0
+
+
+def test_the_planner_recipe_runs_and_resumes(tmp_path, monkeypatch):
+    monkeypatch.setattr(planner, "SIZES", {True: ((8, 16), 3)})
+    assert RECIPES["planner"].main(_args(tmp_path / "p")) == 0
+    cfg, rows = _rows(tmp_path / "p")
+    assert [r["key"] for r in rows] == [f"n{n}|{v}" for n in (8, 16) for v in planner.VARIANTS]
+    before = (tmp_path / "p" / "rows.jsonl").read_text()
+    assert RECIPES["planner"].main(_args(tmp_path / "p")) == 0  # all done: nothing re-timed
+    assert (tmp_path / "p" / "rows.jsonl").read_text() == before
+    sec = RECIPES["planner"].report(cfg, rows, tmp_path / "figs")
+    assert isinstance(sec, Section) and "| 16 | paper (one pass) | 3 |" in sec.ours
+
+
+# -- fig18, KV blocks by order -----------------------------------------------------------
+
+def _paths():
+    """Two kept parents (ids 1, 2: one 4-token block each) of two children each, and the
+    prompt (one 4-token block)."""
+    parents = [Beam(1, token_ids=[10, 11, 12, 13], lineage=(1,)),
+               Beam(2, token_ids=[20, 21, 22, 23], lineage=(2,))]
+    children = [p.child(i) for p, i in ((parents[0], 3), (parents[1], 5), (parents[0], 4),
+                                        (parents[1], 6))]
+    return children, [1, 2], [1, 2, 3, 4]
+
+
+def test_kv_blocks_of_a_hand_made_path_set_by_order():
+    children, previous, prompt = _paths()
+    aware = prefix_aware_order(children, previous)
+    rr = baseline_order(children, previous)
+    assert [b.beam_id for b in aware] == [3, 4, 5, 6]
+    assert [b.beam_id for b in rr] == [3, 5, 4, 6]
+    a = kv_block_row("prefix-aware", aware, prompt, (1, 2, 4), block_size=4)
+    r = kv_block_row("round-robin", rr, prompt, (1, 2, 4), block_size=4)
+    # siblings hold the same blocks: prompt + their parent's = 2; a batch of both parents 3
+    assert a["blocks"] == {"1": 2.0, "2": 2.0, "4": 3.0}
+    assert r["blocks"] == {"1": 2.0, "2": 3.0, "4": 3.0}
+    assert (a["trie_cost"], r["trie_cost"]) == (6, 8)
+    assert (a["paths"], a["mean_tokens"]) == (4, 8.0)
+    assert [b.beam_id for b in adversarial_order(aware)] == [3, 5, 4, 6]
+
+
+def test_batch_kv_blocks_counts_shared_full_blocks_once():
+    assert batch_kv_blocks([[1, 2, 3, 4, 5], [1, 2, 3, 4, 6, 7, 8, 9]], 4) == 2
+    assert batch_kv_blocks([[1, 2, 3, 4], [9, 2, 3, 4]], 4) == 2
+    assert batch_kv_blocks([[5, 6, 7, 8, 1, 2, 3, 4], [1, 2, 3, 4]], 4) == 3  # position matters
+    with pytest.raises(ValueError, match="block_size must be >= 1"):
+        batch_kv_blocks([[1]], 0)
