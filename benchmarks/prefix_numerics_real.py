@@ -27,7 +27,7 @@ from pathlib import Path
 
 # benchmarks/ is on sys.path when run as a script
 from verifier_block_real import _verifiers
-from verifier_calibration import read_calls
+from fasttts.bench.verifier_calls import read_calls
 
 
 def main(argv: list[str] | None = None) -> int:

