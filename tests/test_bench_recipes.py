@@ -13,6 +13,7 @@ import pytest
 from fasttts.beam import Beam
 from fasttts.bench import RECIPES, Section
 from fasttts.bench import planner
+from fasttts.bench.fig17 import occupancy_curve
 from fasttts.bench.fig18 import kv_block_row
 from fasttts.runtime.prefix_scheduling import (adversarial_order, baseline_order,
                                                batch_kv_blocks, prefix_aware_order)
@@ -184,3 +185,51 @@ def test_real_only_recipes_refuse_the_simulator(recipe, no_engine, tmp_path, cap
     assert main(["bench", recipe, "--out", str(tmp_path / "o")]) == 2
     assert f"recipe {recipe} runs on vllm, not --backend sim" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+# -- fig17 and fig18 at a tiny size: main, then the report hook --------------------------
+
+def test_fig17_runs_the_r_sweep_and_reports_occupancy(tmp_path, monkeypatch):
+    from fasttts.bench import fig17
+    from fasttts.bench.compare import Plan, Setting
+
+    tiny = Plan((Setting("1.5B+7B"),), (8,), ("baseline", "sbe:0", fig17.SBE), ("aime24",),
+                limit=1, max_tokens=256, occupancy=True)
+    monkeypatch.setattr(fig17, "plan", lambda quick: tiny)
+    assert RECIPES["fig17"].main(_args(tmp_path / "f")) == 0
+    cfg, rows = _rows(tmp_path / "f")
+    assert sorted(r["row"]["config"] for r in rows) == sorted(tiny.configs)
+    assert all(r["row"]["occupancy"] for r in rows)
+    sec = RECIPES["fig17"].report(cfg, rows, tmp_path / "figs")
+    assert sec.figures == ("fig17.png",) and (tmp_path / "figs" / "fig17.png").stat().st_size
+    assert "Mean batch occupancy of problem 0: baseline" in sec.ours
+    assert "n = 8: goodput / baseline R = 0 x" in sec.ours and "R = 0.85 x" in sec.ours
+    assert "Simulated" in sec.shortfall and "R=0.85" in sec.paper
+
+
+def test_occupancy_curve_bins_the_steps_by_time():
+    trace = [(0.0, 2, 0, 4), (1.0, 4, 0, 4), (9.0, 1, 1, 4), (10.0, 0, 2, 4)]
+    xs, std, spec = occupancy_curve(trace, bins=2)
+    assert xs == [2.5, 7.5] and std == [0.75, 0.125] and spec == [0.0, 0.375]
+    with pytest.raises(ValueError, match="needs steps"):
+        occupancy_curve([], 2)
+
+
+def test_fig18_counts_kv_blocks_and_compares_budgets(tmp_path, monkeypatch):
+    from fasttts.bench import fig18
+
+    monkeypatch.setattr(fig18, "KV_SIZES", {True: (8, 2, (1, 4, 8))})
+    monkeypatch.setattr(fig18, "BUDGETS_GIB", {True: ((0.25, 14.0), (8,), 1)})
+    assert RECIPES["fig18"].main(_args(tmp_path / "f")) == 0
+    cfg, rows = _rows(tmp_path / "f")
+    keys = [r["key"] for r in rows]
+    assert keys[:4] == [f"kv|{o}" for o in fig18.ORDERS]
+    assert len(keys) == 4 + 2 * 3  # two budgets x baseline, p, m+p on one problem
+    kv = {r["row"]["order"]: r["row"] for r in rows[:4]}
+    # one batch of all 8 paths: the same blocks whatever the order
+    assert len({r["blocks"]["8"] for r in kv.values()}) == 1
+    assert kv["prefix-aware"]["trie_cost"] <= kv["random"]["trie_cost"]
+    sec = RECIPES["fig18"].report(cfg, rows, tmp_path / "figs")
+    assert sec.figures == ("fig18.png",) and (tmp_path / "figs" / "fig18.png").stat().st_size
+    assert "| prefix-aware |" in sec.ours and "| 14 GiB | 8 | m+p | 1 |" in sec.ours
+    assert "58% and 145%" in sec.paper
