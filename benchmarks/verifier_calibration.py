@@ -16,7 +16,7 @@ median kept.
 The simulator prices the same token ids: a `SimEngine` of the 0.5B model spec on the CPU
 calibration the planner uses for that dtype and engine thread count
 (`fasttts.engines.real.cpu_calibration`, fitted to generator engine steps and verifier calls
-by `benchmarks/calibrate_cpu.py fit`) with the real engine's block size, prefix caching as the
+by `fasttts bench calibration`) with the real engine's block size, prefix caching as the
 mode has it, runs the same warm-up and the same timed requests. The table gives measured vs
 simulated seconds per point and the median and max relative error. Each grid row keeps the
 engines' `num_threads` and `dtype`, so `--reprice` prices it on the same calibration later.
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="grid points: B paths x S steps x W words per step (default: the grid)")
     p.add_argument("--replay", default=None, metavar="CALLS.jsonl[.gz]",
                    help="instead of the grid, price the real scoring calls a search made "
-                        "(written by benchmarks/verifier_modes_real.py) and compare")
+                        "(DIR/calls.jsonl of `fasttts bench verifier-modes`) and compare")
     p.add_argument("--reprice", default=None, metavar="GRID.json",
                    help="instead of measuring, price the points of an earlier grid run (its "
                         "--out file, measured with --repeats 1) on the current CPU calibration")
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.replay:
         if not Path(args.replay).is_file():
             p.error(f"--replay {args.replay}: no such file (a calls file written by "
-                    "verifier_modes_real.py as OUT/calls.jsonl, e.g. "
+                    "`fasttts bench verifier-modes` as DIR/calls.jsonl, e.g. "
                     "benchmarks/results/verifier_calls_fp32_1thread.jsonl.gz)")
         return replay(Path(args.replay), args.block_size, hardware)
     if args.reprice:

