@@ -262,3 +262,52 @@ def test_a_cut_short_verifier_modes_run_drops_the_calls_of_its_unfinished_proble
     assert calls.read_text() == "".join(lines[:2])
     _keep_calls_of(tmp_path / "none.jsonl", {"a"})  # no file: nothing to do
     assert not (tmp_path / "none.jsonl").exists()
+
+
+def test_the_measurement_skips_what_the_budget_cannot_hold_and_keeps_failures():
+    import time
+
+    from fasttts.bench.cpu_measure import PointError, _Attempts
+
+    attempt = _Attempts(time.perf_counter() + 60)
+    assert attempt("a", 1.0, lambda: {"seconds": 0.01})["point_wall_s"] >= 0
+    assert attempt("b", 120.0, lambda: pytest.fail("ran past the budget")) is None
+
+    def broken():
+        raise PointError("only 3 of 4 requests finished")
+
+    assert attempt("c", 1.0, broken) is None
+    assert [r["seconds"] for r in attempt.records] == [0.01]
+    assert [s["point"] for s in attempt.skipped] == ["b", "c"]
+    assert "s left of the budget" in attempt.skipped[0]["reason"]
+    assert attempt.skipped[1]["reason"] == "only 3 of 4 requests finished"
+
+
+def test_the_verifier_modes_report_on_the_committed_two_thread_rows(tmp_path):
+    rows = [{"key": json.loads(x)["problem_id"], "row": json.loads(x), "requests": []}
+            for x in (Path(__file__).parents[1] / "benchmarks" / "results" /
+                      "verifier_modes_fp32_2thread_math500.jsonl").read_text().splitlines()]
+    config = {"n": 16, "beam_width": 4, "max_tokens": 512, "dataset": "math500", "offset": 8}
+    sec = RECIPES["verifier-modes"].report(config, rows, tmp_path)
+    # docs/verifier-pricing.md: 359.5 / 44.9 s (x8.00) and 368.9 / 47.7 s (x7.73)
+    assert "median per-problem ratio x7.87 (min 7.73, max 8.00)" in sec.ours
+    assert "| test/algebra/2036.json | 11 | 325.5 | 359.5 | 44.9 | 8.00 |" in sec.ours
+    assert (tmp_path / "verifier_modes.png").stat().st_size > 0
+
+
+def test_a_verifier_row_by_hand():
+    from fasttts.bench.verifiers import measure
+
+    def sample(answer, correct):
+        return {"answer": answer, "correct": correct}
+
+    records = [{"id": "p1", "answer": "1", "samples": [sample("1", True), sample("2", False)]},
+               {"id": "p2", "answer": "3", "samples": [sample("4", False), sample("5", False)]}]
+    scored = {"p1": {"scores": [[0.2, 0.9], [0.8, 0.3]], "seconds": 1.0},
+              "p2": {"scores": [[0.5], [0.4]], "seconds": 3.0}}
+    last, low = measure(records, scored, "last"), measure(records, scored, "min")
+    # p1's one pair: "last" ranks the correct path first (0.9 > 0.3), "min" the wrong one
+    # (0.2 < 0.3); p2 has no correct path
+    assert (last["pairs"], last["pairwise"], low["pairwise"]) == (1, 1.0, 0.0)
+    assert (last["weighted"], low["weighted"], last["pass@n"]) == (0.5, 0.0, 0.5)
+    assert last["mixed_problems"] == 1 and last["seconds_per_problem"] == 2.0

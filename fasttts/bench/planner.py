@@ -82,7 +82,8 @@ def main(args) -> int:
     """`fasttts bench planner [--quick] --out DIR`: time every row not in DIR yet, write
     DIR/summary.json and print the table. Raises BenchDirError for an unusable --out."""
     ns, calls = SIZES[args.quick]
-    config = {"recipe": "planner", "quick": args.quick, "ns": list(ns), "calls": calls,
+    config = {"recipe": "planner", "backend": "sim", "quick": args.quick, "ns": list(ns),
+              "calls": calls,
               "kv_budget_gib": KV_BUDGET_GIB, "seq_len": SEQ_LEN, "hardware": "rtx4090",
               "generator": "qwen2.5-math-1.5b", "verifier": "math-shepherd-7b"}
     with RowStore(check_out_dir(args.out), config) as store:
@@ -140,8 +141,8 @@ def report(config: dict, rows: list[dict], figdir) -> Section:
         title="FastTTS section 4.3.1: memory planner search time per call",
         paper="\"This entire search process is computationally trivial, averaging <1 ms on a "
               "single CPU thread\" (FastTTS section 4.3.1).",
-        ours=_table(data) + f"\n\nWall clock of `plan_memory` on {host}, one thread, "
-             f"{config.get('calls')} calls per row; inputs: 1.5B + 7B PRM on the RTX 4090 spec "
-             f"(simulated), {config.get('kv_budget_gib')} GiB of KV, S = S_dec = "
-             f"{config.get('seq_len')}.",
+        ours=f"Wall clock of `plan_memory` on {host}, one thread, {config.get('calls')} calls "
+             f"per row; inputs: 1.5B + 7B PRM on the RTX 4090 spec (simulated), "
+             f"{config.get('kv_budget_gib')} GiB of KV, S = S_dec = {config.get('seq_len')}."
+             f"\n\n{_table(data)}",
         shortfall=shortfall, figures=(name,))
