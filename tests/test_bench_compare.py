@@ -114,7 +114,7 @@ def test_a_cut_run_resumes_without_losing_or_repeating_a_row(tmp_path, monkeypat
 def test_bad_input_is_refused_before_an_engine_starts(tmp_path, monkeypatch):
     import fasttts.bench.compare_engines as ce
 
-    monkeypatch.setattr(ce.Engines, "_engines", lambda *a: pytest.fail("an engine started"))
+    monkeypatch.setattr(ce.Engines, "build", lambda *a: pytest.fail("an engine started"))
     for bad, message in ((_plan(backend="vllm", kv_cache_gib=0.0), "kv_cache_memory_bytes"),
                          (_plan(configs=("baseline", "la")), "needs spec_beam_extension"),
                          (_plan(ns=(0,)), "n and the problem limit must be >= 1")):
@@ -153,3 +153,18 @@ def test_a_recipe_runs_through_main_and_its_report_hook(tmp_path, monkeypatch, c
                                "fig13_verifier_ratio.png")
     for name in section.figures:
         assert (figdir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_table_of_committed_runs_reproduces_the_documented_ratios(capsys):
+    """docs/benchmarks.md (issue 33, after, cost-aware): 1.5b-7b n = 8, FastTTS vs iv: goodput
+    x1.44, latency x0.75, from the committed flat runs.jsonl of the former script."""
+    path = "benchmarks/results/issue33_sim/after-1.5b-7b.runs.jsonl"
+    assert compare.main([path, "--baseline", "iv"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines()
+                if x.startswith(f"| after-1.5b-7b | 8 | {FASTTTS} |"))
+    cells = [c.strip() for c in line.split("|")]
+    assert (cells[6], cells[9]) == ("1.44", "0.75")
+    with pytest.raises(SystemExit) as e:
+        compare.main([path])  # no `baseline` rows in it
+    assert e.value.code == 2
+    assert "no row of configuration 'baseline'" in capsys.readouterr().err

@@ -78,7 +78,8 @@ def runtime_of(name: str) -> RuntimeConfig:
     try:
         return RuntimeConfig(**{PARTS[x]: True for x in parts}, **extra)
     except ValueError as e:  # pydantic's ValidationError is a ValueError
-        msg = e.errors()[0]["msg"] if hasattr(e, "errors") else str(e)
+        msg = e.errors()[0]["msg"].removeprefix("Value error, ") if hasattr(e, "errors") \
+            else str(e)
         raise ValueError(f"configuration {name!r}: {msg}") from None
 
 
@@ -303,8 +304,8 @@ def _cell(rows: list[dict], bases: dict[str, dict]) -> dict:
     """The summary of one (setting, n, config) over its problems."""
     ratio = {k: median_ratio(rows, bases, k) for k in
              ("precise_goodput_tok_s", "latency_s", "generator_time_s", "verifier_time_s")}
-    same = sum(1 for r in rows if (b := bases.get(r["id"]))
-               and r.get("completions_sha") == b.get("completions_sha"))
+    same = sum(1 for r in rows if (b := bases.get(r["id"])) and r.get("completions_sha")
+               and r["completions_sha"] == b.get("completions_sha"))
     return {
         "problems": len(rows), "clock": rows[0]["clock"],
         "goodput": _median(rows, "precise_goodput_tok_s"),
@@ -397,3 +398,44 @@ def run_recipe(args, recipe: str, plan: Plan) -> int:
     print(f"\nratios: median over problems of the per-problem ratio to {plan.configs[0]}; "
           f"fraction of limit: roofline limit / latency\nwrote {path}", file=sys.stderr)
     return 0
+
+
+def read_rows(path: str) -> list[dict]:
+    """The rows of a comparison's rows.jsonl ({"key", "row"} entries) or of a flat runs.jsonl
+    of the former benchmarks/runtime_ablation.py (as committed under benchmarks/results/);
+    a row without a setting gets the file's name.
+
+    Raises:
+        OSError: the file cannot be read; ValueError: a line is not JSON.
+    """
+    from pathlib import Path
+
+    name = Path(path).name.removesuffix(".jsonl").removesuffix(".runs")
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    rows = [r["row"] if isinstance(r.get("row"), dict) else r for r in rows]
+    return [{"setting": name, **r} for r in rows]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m fasttts.bench.compare FILE... [--baseline NAME]`: the summary table of
+    committed or finished runs (`read_rows`), ratios to NAME (default baseline)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m fasttts.bench.compare",
+                                description="the comparison table of rows.jsonl / runs.jsonl "
+                                            "files (medians of per-problem ratios)")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--baseline", default="baseline", help="the configuration ratios are to")
+    a = p.parse_args(argv)
+    try:
+        rows = [r for f in a.files for r in read_rows(f)]
+    except (OSError, ValueError) as e:
+        p.error(str(e))
+    if not any(r.get("config") == a.baseline for r in rows):
+        p.error(f"no row of configuration {a.baseline!r} in {', '.join(a.files)}")
+    print(table(summarize(rows, (a.baseline,))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
