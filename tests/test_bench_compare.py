@@ -168,3 +168,21 @@ def test_the_table_of_committed_runs_reproduces_the_documented_ratios(capsys):
         compare.main([path])  # no `baseline` rows in it
     assert e.value.code == 2
     assert "no row of configuration 'baseline'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, module", [
+    ("fig11", "fig11"), ("fig12", "fig12"), ("fig14", "fig14"), ("fig15", "fig15"),
+    ("fig16", "fig16"), ("real-ablation", "real_ablation")])
+def test_every_comparison_report_writes_its_figures_and_quotes_the_paper(name, module,
+                                                                         tmp_path):
+    import importlib
+
+    plan = importlib.import_module(f"fasttts.bench.{module}").plan(True)
+    rows = [{"key": "k", "requests": [], "row": {
+        **_row(f"{ds}-{i}", c, 10.0 * (1 + k), 10.0 / (1 + k), s.label, n), "dataset": ds}}
+        for s in plan.settings for n in plan.ns for k, c in enumerate(plan.configs)
+        for ds in plan.datasets for i in range(2)]
+    section = RECIPES[name].report({"plan": plan.as_config()}, rows, tmp_path)
+    assert section.figures and "section 6." in section.paper and section.shortfall
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(section.figures)
+    assert "| x goodput |" in section.ours

@@ -51,8 +51,13 @@ def report(config: dict, rows: list[dict], figdir: Path) -> Section:
     if hi < 3.9:
         notes.append(f"our largest gain x{hi:.2f} is below the paper's x3.9")
     return Section("FastTTS Fig. 11: goodput per search method (simulated RTX 4090)", PAPER,
-                   ours, ("; ".join(notes) + ". " if notes else "") +
-                   "Simulated, not measured on a GPU; a few AIME problems per cell. Methods "
-                   "with one generation round (best_of_n) leave Speculative Beam Extension "
-                   "nothing to speculate on, so their gain is incremental verification's and "
-                   "the memory planner's alone.")
+                   ours, _shortfall(notes), figs)
+
+
+def _shortfall(notes: list[str]) -> str:
+    """The notes, then what holds for every run of this recipe."""
+    return (("; ".join(notes) + ". " if notes else "")
+            + "Simulated, not measured on a GPU; a few AIME problems per cell. Methods with "
+            "one generation round (best_of_n) leave Speculative Beam Extension nothing to "
+            "speculate on, so their gain is incremental verification's and the memory "
+            "planner's alone.")

@@ -51,11 +51,11 @@ def report(config: dict, rows: list[dict], figdir: Path) -> Section:
     problems = min(c["problems"] for c in cells)
     return Section("FastTTS Fig. 14: top-1 and pass@N accuracy (simulated RTX 4090)", PAPER,
                    ours, f"Accuracy here is the simulator's: its workload model draws each "
-                   f"path's answer and PRM scores, so agreement between the two columns shows "
-                   f"that FastTTS's scheduling leaves the search's choices intact on the "
-                   f"simulator, not the models' accuracy on AIME / AMC; with {problems} "
-                   f"problems per cell one problem moves the accuracy by "
-                   f"{1 / problems:.2f}.")
+                   f"path's answer and PRM scores, so the gap between the two columns measures "
+                   f"how FastTTS's scheduling changes the search's draws and choices on the "
+                   f"simulator (speculated head starts, R), not the models' accuracy on AIME "
+                   f"/ AMC; with {problems} problems per cell one problem moves the accuracy "
+                   f"by {1 / problems:.2f}.", figs)
 
 
 def _gaps(cells: list[dict], key: str) -> list[float]:

@@ -50,4 +50,5 @@ def report(config: dict, rows: list[dict], figdir: Path) -> Section:
     return Section("FastTTS Fig. 15: constrained GPUs (simulated RTX 3070 Ti and 4070 Ti)",
                    PAPER, ours, "; ".join(notes) + ("; " if notes else "") +
                    "HumanEval is not run (no code dataset or code verifier in this project). "
-                   "The GPUs are simulated from their spec sheets (no such card was measured).")
+                   "The GPUs are simulated from their spec sheets (no such card was measured).",
+                   figs)

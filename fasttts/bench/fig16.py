@@ -72,4 +72,4 @@ def report(config: dict, rows: list[dict], figdir: Path) -> Section:
     return Section("FastTTS Fig. 16: goodput gain breakdown (simulated RTX 4090)", PAPER, ours,
                    "; ".join(notes) + ("; " if notes else "") + "Simulated, not measured on "
                    "a GPU; n up to 128 (the paper's bars reach 512); a few AIME problems per "
-                   "cell.")
+                   "cell.", figs)

