@@ -150,7 +150,7 @@ def test_a_recipe_runs_through_main_and_its_report_hook(tmp_path, monkeypatch, c
     assert "2.2x" in section.paper and "section 6.2" in section.paper
     assert "| 1.5B+7B | 8 | baseline | 1 |" in section.ours and section.shortfall
     assert section.figures == ("fig12_goodput.png", "fig13_latency.png",
-                               "fig13_verifier_ratio.png")
+                               "fig13_breakdown.png")
     for name in section.figures:
         assert (figdir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

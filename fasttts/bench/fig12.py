@@ -11,7 +11,7 @@ from pathlib import Path
 
 from fasttts.bench import Section
 from fasttts.bench.compare import FASTTTS, Plan, Setting, cells_of, run_recipe, table
-from fasttts.bench.figures import bars, lines_vs_n, spread
+from fasttts.bench.figures import breakdown, lines_vs_n, spread
 
 __all__ = ["PAIRS", "main", "plan", "report"]
 
@@ -43,16 +43,15 @@ def main(args) -> int:
 
 
 def report(config: dict, rows: list[dict], figdir: Path) -> Section:
-    """Fig. 12 (goodput vs n), Fig. 13 (latency vs n, and its generator / verifier parts as
-    ratios to the baseline), our ratios beside the paper's."""
+    """Fig. 12 (goodput vs n), Fig. 13 (latency vs n, and its generator / verifier parts),
+    our ratios beside the paper's."""
     cells = cells_of(config, rows)
     figs = (lines_vs_n(cells, "goodput", "precise goodput (tok/s)", "Fig. 12: goodput vs n",
                        figdir / "fig12_goodput.png", NAMES),
             lines_vs_n(cells, "latency_s", "completion latency (s)", "Fig. 13: latency vs n",
                        figdir / "fig13_latency.png", NAMES, logy=True),
-            bars([c for c in cells if c["config"] == FASTTTS], "x_verifier",
-                 "FastTTS / baseline", "Fig. 13: verifier time ratio", figdir /
-                 "fig13_verifier_ratio.png", NAMES, hline=1.0))
+            breakdown(cells, "Fig. 13: generator and verifier seconds",
+                      figdir / "fig13_breakdown.png", NAMES))
     good, lat = spread(cells, FASTTTS, "x_goodput"), spread(cells, FASTTTS, "x_latency")
     gen, ver = spread(cells, FASTTTS, "x_generator"), spread(cells, FASTTTS, "x_verifier")
     top = max(c["n"] for c in cells)
