@@ -79,6 +79,7 @@ def bars(cells: Sequence[dict], field: str, ylabel: str, title: str, path: Path,
     ax.set_xticks(range(len(groups)), groups, fontsize=7)
     ax.set_ylabel(ylabel)
     ax.set_title(f"{title} ({_clock(cells)})", fontsize=10)
+    ax.margins(y=0.2)
     ax.legend(fontsize=7, ncol=min(4, len(configs)))
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
