@@ -39,6 +39,7 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
+from itertools import product
 
 from fasttts.config import RuntimeConfig
 
@@ -224,7 +225,7 @@ def run(plan: Plan, store, progress: bool = True) -> list[dict]:
     Args:
         plan: what to run (`Plan.check` is called).
         store: the recipe's `fasttts.bench.store.RowStore`.
-        progress: show a tqdm bar (plain lines when stderr is not a terminal).
+        progress: show a tqdm bar (none when stderr is not a terminal: tqdm's rule).
 
     Returns:
         Every row of the plan in the store, in protocol order (dicts of `ROW_FIELDS` plus
@@ -240,9 +241,8 @@ def run(plan: Plan, store, progress: bool = True) -> list[dict]:
     plan.check()
     problems = _problems(plan)
     engines = Engines(plan)
-    for s in plan.settings:  # every RunConfig validated before any engine starts
-        for name in plan.configs:
-            engines.config(s, plan.ns[0], runtime_of(name), check_only=True)
+    for s, n, name in product(plan.settings, plan.ns, plan.configs):
+        engines.config(s, n, runtime_of(name), check_only=True)  # before any engine starts
     done = {e["key"]: e["row"] for e in store.rows}
     jobs = list(_jobs(plan, problems))
     bar = tqdm(total=len(jobs), desc="runs", unit="run", disable=None if progress else True)
@@ -386,7 +386,8 @@ def run_recipe(args, recipe: str, plan: Plan) -> int:
     """
     from fasttts.bench.store import RowStore, check_out_dir
 
-    plan = replace(plan, seed=args.seed, max_tokens=args.max_tokens or plan.max_tokens)
+    plan = replace(plan, seed=getattr(args, "seed", plan.seed),
+                   max_tokens=getattr(args, "max_tokens", None) or plan.max_tokens)
     plan.check()
     out = check_out_dir(args.out)
     with RowStore(out, {"recipe": recipe, "quick": bool(args.quick),
