@@ -318,8 +318,9 @@ def _cell(rows: list[dict], bases: dict[str, dict]) -> dict:
         "verifier_s": _median(rows, "verifier_time_s"), "x_verifier": ratio["verifier_time_s"],
         "verifier_share": _median(rows, lambda r: r["verifier_time_s"] / r["latency_s"]
                                   if r["latency_s"] else None),
-        "top1_majority": _fraction(rows, "majority"), "top1_weighted": _fraction(rows, "weighted"),
-        "pass_at_n": _fraction(rows, "pass@n"), "tokens_per_path": _median(rows, "mean_tokens_per_beam"),
+        "top1_majority": _fraction(rows, "majority"),
+        "top1_weighted": _fraction(rows, "weighted"), "pass_at_n": _fraction(rows, "pass@n"),
+        "tokens_per_path": _median(rows, "mean_tokens_per_beam"),
         "preemptions": _median(rows, "num_preemptions"),
         "same_as_baseline": f"{same}/{len(rows)}",
         "near_tie": f"{sum(r.get('near_tie_selections') or 0 for r in rows)}/"

@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 
 from fasttts.bench import Section
-from fasttts.bench.compare import FASTTTS, Plan, summarize, run_recipe, table
+from fasttts.bench.compare import FASTTTS, Plan, run_recipe, summarize, table
 from fasttts.bench.fig12 import NAMES, PAIRS
 from fasttts.bench.figures import lines_vs_n
 
@@ -49,18 +49,26 @@ def report(config: dict, rows: list[dict], figdir: Path) -> Section:
     ours = (f"{table(cells)}\n\n(setting = dataset.) FastTTS minus baseline, over datasets and "
             f"n (simulated): top-1 {_range(gaps['top1_majority'])}, pass@N "
             f"{_range(gaps['pass_at_n'])}.")
+    return Section("FastTTS Fig. 14: top-1 and pass@N accuracy (simulated RTX 4090)", PAPER,
+                   ours, _shortfall(cells), figs)
+
+
+def _shortfall(cells: list[dict]) -> str:
+    """Why simulated accuracy is not the paper's, and the datasets with no correct path."""
     problems = min(c["problems"] for c in cells)
     zero = [s for s in dict.fromkeys(c["setting"] for c in cells)
             if all(c["pass_at_n"] == 0 for c in cells if c["setting"] == s)]
-    return Section("FastTTS Fig. 14: top-1 and pass@N accuracy (simulated RTX 4090)", PAPER,
-                   ours, f"Accuracy here is the simulator's: its workload model draws each "
-                   f"path's answer and PRM scores, so the gap between the two columns measures "
-                   f"how FastTTS's scheduling changes the search's draws and choices on the "
-                   f"simulator (speculated head starts, R), not the models' accuracy on AIME "
-                   f"/ AMC; with {problems} problems per cell one problem moves the accuracy "
-                   f"by {1 / problems:.2f}." + (f" No path is correct on {', '.join(zero)} at any n "
-                   f"(pass@N 0): the simulator's difficulty model derails those paths, so "
-                   f"that panel compares nothing." if zero else ""), figs)
+    text = ("Accuracy here is the simulator's: its workload model draws each path's answer "
+            "and PRM scores, so the gap between the two columns measures how FastTTS's "
+            "scheduling changes the search's draws and choices on the simulator (speculated "
+            "head starts, R), not the models' accuracy on AIME / AMC; with "
+            f"{problems} problems per cell one problem moves the accuracy by "
+            f"{1 / problems:.2f}.")
+    if zero:
+        text += (f" No path is correct on {', '.join(zero)} at any n (pass@N 0): the "
+                 f"simulator's difficulty model derails those paths, so that panel compares "
+                 f"nothing.")
+    return text
 
 
 def _gaps(cells: list[dict], key: str) -> list[float]:
