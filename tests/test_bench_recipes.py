@@ -182,7 +182,7 @@ def test_real_recipes_refuse_without_vllm(recipe, no_engine, tmp_path, monkeypat
 def test_real_only_recipes_refuse_the_simulator(recipe, no_engine, tmp_path, capsys):
     from fasttts.cli import main
 
-    assert main(["bench", recipe, "--out", str(tmp_path / "o")]) == 2
+    assert main(["bench", recipe, "--backend", "sim", "--out", str(tmp_path / "o")]) == 2
     assert f"recipe {recipe} runs on vllm, not --backend sim" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
@@ -311,3 +311,12 @@ def test_a_verifier_row_by_hand():
     assert (last["pairs"], last["pairwise"], low["pairwise"]) == (1, 1.0, 0.0)
     assert (last["weighted"], low["weighted"], last["pass@n"]) == (0.5, 0.0, 0.5)
     assert last["mixed_problems"] == 1 and last["seconds_per_problem"] == 2.0
+
+
+def test_a_real_only_recipe_runs_on_vllm_by_default(no_engine, tmp_path, monkeypatch, capsys):
+    from fasttts.cli import main
+    from fasttts.engines import platform_info
+
+    monkeypatch.setattr(platform_info, "vllm_distribution", lambda: "vllm not installed")
+    assert main(["bench", "verifiers", "--quick", "--out", str(tmp_path / "o")]) == 2
+    assert "recipe verifiers --backend vllm needs vLLM" in capsys.readouterr().err

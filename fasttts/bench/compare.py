@@ -38,7 +38,8 @@ import statistics
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from itertools import product
 
 from fasttts.config import RuntimeConfig
 
@@ -78,7 +79,8 @@ def runtime_of(name: str) -> RuntimeConfig:
     try:
         return RuntimeConfig(**{PARTS[x]: True for x in parts}, **extra)
     except ValueError as e:  # pydantic's ValidationError is a ValueError
-        msg = e.errors()[0]["msg"] if hasattr(e, "errors") else str(e)
+        msg = e.errors()[0]["msg"].removeprefix("Value error, ") if hasattr(e, "errors") \
+            else str(e)
         raise ValueError(f"configuration {name!r}: {msg}") from None
 
 
@@ -223,7 +225,7 @@ def run(plan: Plan, store, progress: bool = True) -> list[dict]:
     Args:
         plan: what to run (`Plan.check` is called).
         store: the recipe's `fasttts.bench.store.RowStore`.
-        progress: show a tqdm bar (plain lines when stderr is not a terminal).
+        progress: show a tqdm bar (none when stderr is not a terminal: tqdm's rule).
 
     Returns:
         Every row of the plan in the store, in protocol order (dicts of `ROW_FIELDS` plus
@@ -239,9 +241,8 @@ def run(plan: Plan, store, progress: bool = True) -> list[dict]:
     plan.check()
     problems = _problems(plan)
     engines = Engines(plan)
-    for s in plan.settings:  # every RunConfig validated before any engine starts
-        for name in plan.configs:
-            engines.config(s, plan.ns[0], runtime_of(name), check_only=True)
+    for s, n, name in product(plan.settings, plan.ns, plan.configs):
+        engines.config(s, n, runtime_of(name), check_only=True)  # before any engine starts
     done = {e["key"]: e["row"] for e in store.rows}
     jobs = list(_jobs(plan, problems))
     bar = tqdm(total=len(jobs), desc="runs", unit="run", disable=None if progress else True)
@@ -303,8 +304,8 @@ def _cell(rows: list[dict], bases: dict[str, dict]) -> dict:
     """The summary of one (setting, n, config) over its problems."""
     ratio = {k: median_ratio(rows, bases, k) for k in
              ("precise_goodput_tok_s", "latency_s", "generator_time_s", "verifier_time_s")}
-    same = sum(1 for r in rows if (b := bases.get(r["id"]))
-               and r.get("completions_sha") == b.get("completions_sha"))
+    same = sum(1 for r in rows if (b := bases.get(r["id"])) and r.get("completions_sha")
+               and r["completions_sha"] == b.get("completions_sha"))
     return {
         "problems": len(rows), "clock": rows[0]["clock"],
         "goodput": _median(rows, "precise_goodput_tok_s"),
@@ -317,8 +318,9 @@ def _cell(rows: list[dict], bases: dict[str, dict]) -> dict:
         "verifier_s": _median(rows, "verifier_time_s"), "x_verifier": ratio["verifier_time_s"],
         "verifier_share": _median(rows, lambda r: r["verifier_time_s"] / r["latency_s"]
                                   if r["latency_s"] else None),
-        "top1_majority": _fraction(rows, "majority"), "top1_weighted": _fraction(rows, "weighted"),
-        "pass_at_n": _fraction(rows, "pass@n"), "tokens_per_path": _median(rows, "mean_tokens_per_beam"),
+        "top1_majority": _fraction(rows, "majority"),
+        "top1_weighted": _fraction(rows, "weighted"), "pass_at_n": _fraction(rows, "pass@n"),
+        "tokens_per_path": _median(rows, "mean_tokens_per_beam"),
         "preemptions": _median(rows, "num_preemptions"),
         "same_as_baseline": f"{same}/{len(rows)}",
         "near_tie": f"{sum(r.get('near_tie_selections') or 0 for r in rows)}/"
@@ -374,7 +376,8 @@ def table(cells: Sequence[dict]) -> str:
 
 
 def run_recipe(args, recipe: str, plan: Plan) -> int:
-    """The `main` of a comparison recipe: check `plan` and --out before anything runs, run
+    """The `main` of a comparison recipe: `plan` with the command line's --seed and
+    --max-tokens (when given); check it and --out before anything runs, run
     it into a `RowStore` (config {"recipe", "quick", "plan"}), write DIR/summary.json
     ({"cells": summarize(...)}) and print the table.
 
@@ -384,6 +387,8 @@ def run_recipe(args, recipe: str, plan: Plan) -> int:
     """
     from fasttts.bench.store import RowStore, check_out_dir
 
+    plan = replace(plan, seed=getattr(args, "seed", plan.seed),
+                   max_tokens=getattr(args, "max_tokens", None) or plan.max_tokens)
     plan.check()
     out = check_out_dir(args.out)
     with RowStore(out, {"recipe": recipe, "quick": bool(args.quick),
@@ -395,3 +400,44 @@ def run_recipe(args, recipe: str, plan: Plan) -> int:
     print(f"\nratios: median over problems of the per-problem ratio to {plan.configs[0]}; "
           f"fraction of limit: roofline limit / latency\nwrote {path}", file=sys.stderr)
     return 0
+
+
+def read_rows(path: str) -> list[dict]:
+    """The rows of a comparison's rows.jsonl ({"key", "row"} entries) or of a flat runs.jsonl
+    of the former benchmarks/runtime_ablation.py (as committed under benchmarks/results/);
+    a row without a setting gets the file's name.
+
+    Raises:
+        OSError: the file cannot be read; ValueError: a line is not JSON.
+    """
+    from pathlib import Path
+
+    name = Path(path).name.removesuffix(".jsonl").removesuffix(".runs")
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    rows = [r["row"] if isinstance(r.get("row"), dict) else r for r in rows]
+    return [{"setting": name, **r} for r in rows]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m fasttts.bench.compare FILE... [--baseline NAME]`: the summary table of
+    committed or finished runs (`read_rows`), ratios to NAME (default baseline)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m fasttts.bench.compare",
+                                description="the comparison table of rows.jsonl / runs.jsonl "
+                                            "files (medians of per-problem ratios)")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--baseline", default="baseline", help="the configuration ratios are to")
+    a = p.parse_args(argv)
+    try:
+        rows = [r for f in a.files for r in read_rows(f)]
+    except (OSError, ValueError) as e:
+        p.error(str(e))
+    if not any(r.get("config") == a.baseline for r in rows):
+        p.error(f"no row of configuration {a.baseline!r} in {', '.join(a.files)}")
+    print(table(summarize(rows, (a.baseline,))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -67,7 +67,7 @@ class Engines:
         from fasttts.backends.sim.workload import problem_difficulty
         from fasttts.runtime.loop import SearchRunner
 
-        gen, ver = self._engines(cfg)
+        gen, ver = self.build(cfg)
         workload = getattr(gen, "workload", None)
         if workload is not None:
             workload.register(problem.problem, problem.answer, problem_difficulty(
@@ -75,7 +75,13 @@ class Engines:
         runner = SearchRunner(gen, ver, cfg.search, cfg.verifier.agg_strategy, cfg.runtime)
         return runner.run(problem.problem, problem.id)
 
-    def _engines(self, cfg: RunConfig):
+    def build(self, cfg: RunConfig):
+        """(generator, verifier) for one run of `cfg` (class docstring): fresh on the sim,
+        kept with their prefix caches reset on vllm.
+
+        Raises:
+            fasttts.models.ModelError, ValueError: an engine cannot be built.
+        """
         if cfg.backend == "sim":
             from fasttts.engines import build_engines
 

