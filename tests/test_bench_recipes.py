@@ -320,3 +320,26 @@ def test_a_real_only_recipe_runs_on_vllm_by_default(no_engine, tmp_path, monkeyp
     monkeypatch.setattr(platform_info, "vllm_distribution", lambda: "vllm not installed")
     assert main(["bench", "verifiers", "--quick", "--out", str(tmp_path / "o")]) == 2
     assert "recipe verifiers --backend vllm needs vLLM" in capsys.readouterr().err
+
+
+def test_a_finished_verifiers_run_reprints_without_an_engine(no_engine, tmp_path, capsys):
+    from fasttts.bench import verifiers
+    from fasttts.bench.store import RowStore
+
+    dataset, limit, samples, max_tokens, threads = verifiers.SIZES[True]
+    config = {"recipe": "verifiers", "backend": "vllm", "quick": True, "dataset": dataset,
+              "problems": limit, "samples": samples, "max_tokens": max_tokens,
+              "threads": threads, "candidates": list(verifiers.CANDIDATES)}
+    row = {"pairwise": 0.6, "pairs": 10, "mixed_top1": 0.5, "mixed_chance": 0.4,
+           "mixed_problems": 3, "step_auroc": 0.55, "final_auroc": 0.6, "weighted": 0.4,
+           "best": 0.3, "majority": 0.4, "pass@n": 0.5, "seconds_per_problem": 1.0}
+    with RowStore(tmp_path / "v", config) as store:
+        for key in verifiers.row_keys()[:-1]:
+            store.append(key, {"verifier": key, **row}, [])
+    args = _args(tmp_path / "v", backend="vllm")
+    with pytest.raises(AssertionError, match="an engine was started"):
+        verifiers.main(args)  # "greedy" missing: the run is not finished
+    with RowStore(tmp_path / "v", config) as store:
+        store.append("greedy", {"greedy_accuracy": 0.25}, [])
+    assert verifiers.main(args) == 0
+    assert "| ovm:qwen2.5-coder-0.5b-instruct-ovm (min) | 0.600 |" in capsys.readouterr().out

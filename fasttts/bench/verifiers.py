@@ -26,7 +26,7 @@ from pathlib import Path
 from fasttts.bench import Section
 from fasttts.bench.common import md_table, new_figure, progress, require_vllm, save_figure
 
-__all__ = ["CANDIDATES", "SIZES", "main", "measure", "report"]
+__all__ = ["CANDIDATES", "SIZES", "main", "measure", "report", "row_keys"]
 
 GiB = 1 << 30
 #: (dataset, problems, samples per problem, max tokens, engine threads) by --quick.
@@ -34,6 +34,8 @@ SIZES = {True: ("gsm8k", 7, 8, 1024, 2), False: ("gsm8k", 200, 8, 1024, 2)}
 #: The candidates compared: confidence (no verifier pass) and the shipped OVM head.
 CANDIDATES = ("confidence", "ovm:qwen2.5-coder-0.5b-instruct-ovm")
 AGGREGATIONS = ("last", "min")
+#: The score sets of the generator's confidence: (name, `step_confidences` key).
+CONFIDENCE_SETS = (("confidence-mean", "mean"), ("confidence-window", "lowest_window"))
 
 
 def _steps_of(text: str) -> tuple[str, ...]:
@@ -80,13 +82,13 @@ def _confidence_scores(records: list[dict], generator: str) -> dict[str, dict]:
     from fasttts.models import resolve_model
 
     tok = AutoTokenizer.from_pretrained(resolve_model(generator))
-    out = {"confidence-mean": {}, "confidence-window": {}}
+    out: dict[str, dict] = {name: {} for name, _ in CONFIDENCE_SETS}
     for r in records:
         start = time.perf_counter()
         conf = [step_confidences(tok, s["token_ids"], s["logprobs"], s["text"])
                 for s in r["samples"]]
         seconds = time.perf_counter() - start
-        for name, key in (("confidence-mean", "mean"), ("confidence-window", "lowest_window")):
+        for name, key in CONFIDENCE_SETS:
             out[name][r["id"]] = {"scores": [c[key] or [0.0] for c in conf], "seconds": seconds}
     return out
 
@@ -149,6 +151,28 @@ def _rollouts(out: Path, problems, samples: int, max_tokens: int, threads: int):
     return [store.records[p.id] for p in problems]
 
 
+def _scorers() -> list[str]:
+    """The score sets the candidates give: the generator's confidence gives two (its mean and
+    its lowest window), a verifier `kind:model` one, named `kind:<model's folder name>`."""
+    out = []
+    for cand in CANDIDATES:
+        out += ([name for name, _ in CONFIDENCE_SETS] if cand == "confidence"
+                else [_label(cand)])
+    return out
+
+
+def _label(candidate: str) -> str:
+    """A verifier candidate's score-set name: `kind:<model's folder name>`."""
+    kind, _, model = candidate.partition(":")
+    return f"{kind}:{Path(model).name}"
+
+
+def row_keys() -> list[str]:
+    """The keys of a finished run's rows: each score set under each aggregation, and
+    "greedy" (the greedy completions' accuracy)."""
+    return [f"{name} ({agg})" for name in _scorers() for agg in AGGREGATIONS] + ["greedy"]
+
+
 def _scores(out: Path, records: list[dict], threads: int) -> dict[str, dict]:
     """Every candidate's scores of `records`, by row name prefix."""
     from fasttts.config import DEFAULT_GENERATOR
@@ -162,7 +186,7 @@ def _scores(out: Path, records: list[dict], threads: int) -> dict[str, dict]:
         kind, _, model = cand.partition(":")
         s = JsonlStore(out / f"scores-{kind}-{Path(model).name}.jsonl", {"candidate": cand})
         _score_verifier(s, records, kind, model, threads)
-        scored[f"{kind}:{Path(model).name}"] = s.records
+        scored[_label(cand)] = s.records
     return scored
 
 
@@ -186,7 +210,7 @@ def main(args) -> int:
               "dataset": dataset, "problems": len(problems), "samples": samples,
               "max_tokens": max_tokens, "threads": threads, "candidates": list(CANDIDATES)}
     with RowStore(out, config) as store:
-        if len(store.done) < len(CANDIDATES) * len(AGGREGATIONS) + 1:
+        if not set(row_keys()) <= store.done:
             out.mkdir(parents=True, exist_ok=True)
             records = _rollouts(out, problems, samples, max_tokens, threads)
             for name, sc in _scores(out, records, threads).items():
