@@ -115,10 +115,10 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                 "sim 2 min", "sim 22 min (estimate)"),
     Recipe("fig17", "batch occupancy over time, baseline vs SBE, and goodput vs SBE's "
            "truncation ratio R (FastTTS section 6.5.2, Fig. 17)",
-           ("sim",), "sim 2 min", "sim TBD", *_hooks("fig17")),
+           ("sim",), "sim 2 min", "sim 9 min", *_hooks("fig17")),
     Recipe("fig18", "KV blocks held vs batch size by submission order, and goodput vs KV "
            "budget: baseline, P, M+P (FastTTS section 6.5.3-6.5.4, Fig. 18)",
-           ("sim",), "sim 2 min", "sim TBD", *_hooks("fig18")),
+           ("sim",), "sim 2 min", "sim 11 min", *_hooks("fig18")),
     Recipe("planner", "the memory planner's search time per call, 1.5B + 7B PRM on the RTX "
            "4090 spec, n = 8-512 (FastTTS section 4.3.1: < 1 ms)",
            ("sim",), "sim 3 s", "sim 7 s", *_hooks("planner")),
