@@ -18,6 +18,10 @@ the simulated generator engine's step log on, and prints one row per configurati
   compute s + steps x step overhead`;
 - `gen s` / `ver s`: the run's generator and verifier seconds (`ProblemResult`).
 
+A one-off diagnostic, not a `fasttts bench` recipe: it reads the simulator's per-step log,
+which no recipe's rows keep, to explain one configuration's seconds. It builds its runs with
+the comparison protocol's engines and configuration names (`fasttts.bench.compare`).
+
 A run whose `gen s` is about `weight s` is bound by its number of steps, not by its tokens:
 every decode step reads all weights once, however few sequences it carries, so adding tokens
 to a step (speculation) is nearly free and only fewer steps make it faster. All seconds are
@@ -28,17 +32,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import runtime_ablation as ra  # noqa: E402  (the same configs and backend as the ablation)
-
-from fasttts.eval.datasets import load_dataset  # noqa: E402
-from fasttts.eval.metrics import problem_record  # noqa: E402
-from fasttts.perf.roofline import StepShape, step_bytes, step_flops_bytes  # noqa: E402
-from fasttts.perf.specs import HardwareSpec, ModelSpec, load_hardware, load_model  # noqa: E402
+from fasttts.bench.compare import Plan, Setting, runtime_of
+from fasttts.bench.compare_engines import Engines
+from fasttts.eval.datasets import load_dataset
+from fasttts.eval.metrics import problem_record
+from fasttts.perf.roofline import StepShape, step_bytes, step_flops_bytes
+from fasttts.perf.specs import HardwareSpec, ModelSpec, load_hardware, load_model
 
 
 def step_split(model: ModelSpec, hw: HardwareSpec, log: list[StepShape]) -> dict:
@@ -56,13 +56,14 @@ def step_split(model: ModelSpec, hw: HardwareSpec, log: list[StepShape]) -> dict
     return out
 
 
-def run_config(backend: ra.Backend, name: str, n: int, problem, difficulty) -> dict:
+def run_config(engines: Engines, setting: Setting, name: str, n: int, problem,
+               difficulty) -> dict:
     """One search of `problem` under configuration `name` with the generator's step log on;
     the row the module docstring describes."""
     from fasttts.runtime.loop import SearchRunner
 
-    cfg = backend.config(n, ra.runtime_of(name))
-    gen, ver = backend.engines(cfg)
+    cfg = engines.config(setting, n, runtime_of(name))
+    gen, ver = engines.build(cfg)
     gen.engine.step_log = []
     gen.workload.register(problem.problem, problem.answer, difficulty)
     res = SearchRunner(gen, ver, cfg.search, cfg.verifier.agg_strategy, cfg.runtime).run(
@@ -96,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--n {a.n} / --offset {a.offset}: n must be >= 1 and offset >= 0")
     names = a.configs.split(",")
     for name in names:
-        ra.runtime_of(name)  # an unknown name exits here, before any run
+        try:
+            runtime_of(name)  # an unknown name exits here, before any run
+        except ValueError as e:
+            p.error(str(e))
     try:
         for spec in (a.generator, a.verifier):
             load_model(spec)
@@ -107,15 +111,15 @@ def main(argv: list[str] | None = None) -> int:
     if not problems:
         p.error(f"--offset {a.offset}: {a.dataset} has no problem at that index")
     prob = problems[0]
-    backend = ra.Backend(ra._parse_args(["--generator", a.generator, "--verifier", a.verifier,
-                                         "--hardware", a.hardware, "--out", "unused"]))
+    setting = Setting(f"{a.generator}+{a.verifier}", a.generator, a.verifier, a.hardware)
+    engines = Engines(Plan((setting,), (a.n,), tuple(names), (a.dataset,)))
     diff = problem_difficulty(a.dataset, prob.problem, prob.meta.get("level"))
     print(f"{a.generator} + {a.verifier}, {a.hardware} (simulated seconds), {prob.id}, n={a.n}")
     print("| config | iterations | steps | steps/iteration | mean step tok | seqs/step (cap) "
           "| tok/step | weight s | kv s | compute s | gen s | ver s | latency s | preemptions |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in names:
-        r = run_config(backend, name, a.n, prob, diff)
+        r = run_config(engines, setting, name, a.n, prob, diff)
         print(f"| {name} | {r['iterations']} | {r['steps']} "
               f"| {r['steps'] / max(1, r['iterations']):.0f} | {r['mean_step_tokens']:.0f} "
               f"| {r['seqs'] / max(1, r['steps']):.1f} "
@@ -124,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
               f"| {r['ver_s']:.1f} | {r['latency_s']:.1f} | {r['preemptions']} |", flush=True)
         if a.json:
             print(json.dumps(r), flush=True)
-    backend.close()
+    engines.close()
     return 0
 
 

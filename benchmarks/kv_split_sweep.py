@@ -2,6 +2,10 @@
 really costs the generator and the incremental verifier (simulated seconds), to check the
 memory planner's reuse term against the simulated engines (`fasttts.runtime.memory_planner`).
 
+A one-off kept beside `fasttts bench fig18` (goodput vs the whole KV budget): it sweeps the
+split of one budget at fixed batch caps and fits the planner's `HitModel` constants (`--fit`),
+which no recipe does; rerun it only when those constants are refitted.
+
 Usage:
     .venv/bin/python benchmarks/kv_split_sweep.py --generator qwen2.5-math-7b \
         --verifier skywork-prm-1.5b --n 512 --verifier-gib 0.11,0.25,0.5,1,1.5,2.08 \

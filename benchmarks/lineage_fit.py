@@ -2,14 +2,15 @@
 out of sample on another.
 
 Usage:
-    .venv/bin/python benchmarks/lineage_fit.py --fit runs/lineage-math500/runs.jsonl \
-        --test runs/i14-sim-1.5b-7b/runs.jsonl
+    .venv/bin/python benchmarks/lineage_fit.py --fit runs/lineage-math500/rows.jsonl \
+        --test runs/fig12/rows.jsonl
 
 The planner estimates the unique tokens W of one iteration's beam-search tree
 (`fasttts.runtime.memory_planner.PlanInput.tree_tokens`) from N, beam_width, the path length and
 the lineages it keeps at every depth: `fasttts.search.base.TREE_LINEAGE_DIVISOR` c, lineages =
 N / (c beam_width). The runtime measures W (`SearchResult.tree_tokens`, `search_tree_tokens` in
-`benchmarks/runtime_ablation.py`'s records). For every baseline record (beam search,
+the rows of a `fasttts bench` comparison recipe, `fasttts.bench.compare`, or in the committed
+`*.runs.jsonl` of the former runtime_ablation.py). For every baseline record (beam search,
 beam_width 4) this prints measured / estimated W at each integer c in 1..16 and the c with the
 smallest median |log(measured / estimated)| on the `--fit` records, then the same ratios on the
 `--test` records at that c and at the constant in force.
@@ -19,11 +20,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import statistics
 from pathlib import Path
 
+from fasttts.bench.compare import read_rows
 from fasttts.config import SearchConfig
 from fasttts.perf.specs import load_hardware, load_model
 from fasttts.runtime.memory_planner import PlanInput
@@ -34,7 +35,8 @@ BEAM_WIDTH = 4
 
 
 def _records(path: Path) -> list[dict]:
-    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    """The baseline records of a rows.jsonl or a flat runs.jsonl (`read_rows`)."""
+    rows = read_rows(path)
     return [r for r in rows if r.get("config") == "baseline" and r.get("search_tree_tokens")]
 
 

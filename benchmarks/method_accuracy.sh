@@ -6,6 +6,8 @@
 # on MATH-500 (the simulated GSM8K is nearly always solved, so it shows no trend).
 # Usage: bash benchmarks/method_accuracy.sh OUT_DIR [LIMIT] [QUEUE: a|b|c|d|both|sim]
 # Plot: python benchmarks/method_plot.py REAL_DIR SIM_DIR OUT.png
+# A one-off beside `fasttts bench`: the accuracy of every search method, on the real engine,
+# which no recipe reproduces (`fasttts bench fig14` is beam search, baseline vs FastTTS).
 set -euo pipefail
 out=${1:?usage: method_accuracy.sh OUT_DIR [LIMIT] [QUEUE]}
 limit=${2:-30}

@@ -2,6 +2,10 @@
 
     python benchmarks/method_plot.py runs/methods-real runs/methods-sim docs/figures/methods.png
 
+Stays as a one-off beside `fasttts bench`: it plots the committed accuracy-vs-n study of every
+search method (docs/benchmarks.md, "Measured: accuracy vs n"), which no recipe reproduces
+(`fasttts bench fig14` compares the baseline and FastTTS for beam search only).
+
 Each input folder holds `fasttts eval` outputs named METHOD-nN (benchmarks/method_accuracy.sh).
 A method's accuracy is that of the answer it defines (`answer_rule`): the highest-reward
 completion for sart, the majority vote for self_consistency, the PRM-weighted vote for the

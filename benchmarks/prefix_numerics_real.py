@@ -6,7 +6,7 @@ Usage:
         --calls benchmarks/results/verifier_calls_fp32_1thread_heldout.jsonl.gz --block-size 32
 
 Takes the longest incremental request of the recorded calls (token ids of a real path of the
-search, `benchmarks/verifier_modes_real.py`), and scores it on one incremental verifier
+search, `fasttts bench verifier-modes`), and scores it on one incremental verifier
 engine (the Math-Shepherd-format checkpoint derived from the embedded 0.5B model, LAST
 pooling, `--dtype`, one thread):
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 # benchmarks/ is on sys.path when run as a script
 from verifier_block_real import _verifiers
-from verifier_calibration import read_calls
+from fasttts.bench.verifier_calls import read_calls
 
 
 def main(argv: list[str] | None = None) -> int:

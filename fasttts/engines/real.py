@@ -30,8 +30,9 @@ DEFAULT_ENGINE_SLOTS = 256
 
 _log = logging.getLogger(__name__)
 
-#: The CPU calibrations (`benchmarks/calibrate_cpu.py fit`) the planner prices real engines on,
-#: on the CPU build of vLLM: per dtype the engines run in, per engine thread count fitted.
+#: The CPU calibrations (`fasttts bench calibration` refits and checks them) the planner prices
+#: real engines on, on the CPU build of vLLM: per dtype the engines run in, per engine thread
+#: count fitted.
 #: float32 on this project's 2-core AVX2 machine with 1 and 2 engine threads; bfloat16 on an
 #: earlier AVX-512 host with 1 engine thread.
 CPU_CALIBRATIONS = {"float32": {1: "cpu-epyc-fp32-1thread", 2: "cpu-epyc-fp32-2thread"},

@@ -3,10 +3,10 @@
 Two kinds of measurement are fitted together:
 
 - `MeasuredStep`: one engine step of a batch of identical `SeqWork` and its median time, as
-  written by `benchmarks/calibrate_cpu.py measure` (the generator's decode and prefill steps);
+  measured by `fasttts bench calibration --backend vllm` (`fasttts.bench.cpu_measure`: the
+  generator's decode and prefill steps);
 - `MeasuredCall`: one real verifier scoring call, timed whole, with the engine steps the
-  simulated engine schedules for its prefills (`benchmarks/verifier_calibration.py`
-  `call_shapes`), so the fit sees the batched, partly prefix-cached prefills a verifier runs.
+  simulated engine schedules for its prefills (`fasttts.bench.verifier_calls.call_shapes`), so the fit sees the batched, partly prefix-cached prefills a verifier runs.
 
 The fit finds the `HardwareSpec` whose roofline (`fasttts.perf.roofline.step_time`, summed
 over a call's steps) predicts them best: least squares on the log of predicted / measured time

@@ -22,7 +22,8 @@ from collections.abc import Sequence
 
 from fasttts.beam import Beam
 
-__all__ = ["baseline_order", "prefix_aware_order", "schedule_cost", "shared_prefix"]
+__all__ = ["adversarial_order", "baseline_order", "batch_kv_blocks", "prefix_aware_order",
+           "schedule_cost", "shared_prefix"]
 
 
 def _groups(children: list[Beam], previous: Sequence[int]) -> list[list[Beam]]:
@@ -53,6 +54,37 @@ def prefix_aware_order(children: list[Beam], previous: Sequence[int] = ()) -> li
     were submitted in the previous iteration (`previous`: beam ids in submission order);
     parents not in it keep their given order, after those that are."""
     return [c for group in _groups(children, previous) for c in group]
+
+
+def adversarial_order(children: list[Beam]) -> list[Beam]:
+    """The greedy invariant inverted (the worst case of FastTTS Fig. 18 left): starting from
+    the first child, always take next the one whose CoT shares the *fewest* leading nodes
+    with the last one taken (ties: the earliest), so lineages alternate as much as they can."""
+    left, order = list(children[1:]), list(children[:1])
+    while left:
+        nxt = min(left, key=lambda b: shared_prefix(order[-1].lineage, b.lineage))
+        order.append(nxt)
+        left.remove(nxt)
+    return order
+
+
+def batch_kv_blocks(paths: Sequence[Sequence[int]], block_size: int) -> int:
+    """KV blocks a batch of `paths` (token ids, prompt included) holds together with prefix
+    caching: every full `block_size`-token block, identified by its tokens and everything
+    before it (vLLM's block hash chain), counted once however many paths share it; a path's
+    partial last block is not counted (it is not shareable).
+
+    Raises:
+        ValueError: block_size < 1.
+    """
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1 token, got {block_size}")
+    blocks: dict[tuple[int, tuple[int, ...]], int] = {}  # (parent block, tokens) -> block
+    for ids in paths:
+        parent = -1
+        for end in range(block_size, len(ids) + 1, block_size):
+            parent = blocks.setdefault((parent, tuple(ids[end - block_size:end])), len(blocks))
+    return len(blocks)
 
 
 def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:

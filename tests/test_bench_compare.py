@@ -1,0 +1,188 @@
+"""The comparison protocol of `fasttts bench` (`fasttts.bench.compare`): configuration names,
+the median of per-problem ratios, the interleaving order, resuming after a cut, bad input
+refused before an engine starts, and one recipe through its main and its report hook."""
+
+from __future__ import annotations
+
+import json
+import types
+from dataclasses import replace
+
+import pytest
+
+from fasttts.bench import RECIPES, Section
+from fasttts.bench import compare
+from fasttts.bench.compare import (FASTTTS, Plan, Setting, interleaved, median_ratio, row_key,
+                                   runtime_of, summarize)
+from fasttts.bench.store import RowStore
+from fasttts.cli import main as cli
+
+
+def test_configuration_names_map_to_runtime_configs():
+    assert FASTTTS == "sbe+la+p+m+iv"
+    assert runtime_of("baseline") == runtime_of("baseline")
+    rt = runtime_of("sbe+la+p:0.5")
+    assert (rt.spec_beam_extension, rt.lookahead_verification, rt.prefix_aware_scheduling,
+            rt.memory_planner, rt.spec_truncation_ratio) == (True, True, True, False, 0.5)
+    assert not runtime_of("baseline").spec_beam_extension
+
+
+@pytest.mark.parametrize("name, message", [
+    ("sbe+xx", "unknown configuration 'sbe+xx'"),
+    ("", "unknown configuration ''"),
+    ("sbe:abc", "R after ':' must be a number within [0, 1], got 'abc'"),
+    ("sbe:1.5", "R must be a number within [0, 1]"),
+    ("la", "lookahead_verification needs spec_beam_extension"),
+])
+def test_bad_configuration_names_are_refused_with_what_is_allowed(name, message):
+    with pytest.raises(ValueError, match="configuration") as e:
+        runtime_of(name)
+    assert message in str(e.value)
+
+
+def _row(pid, config, goodput, latency, setting="s", n=8):
+    return {"id": pid, "setting": setting, "n": n, "config": config, "clock": "simulated",
+            "precise_goodput_tok_s": goodput, "latency_s": latency, "generator_time_s": 1.0,
+            "verifier_time_s": 1.0, "limit_s": latency / 4, "mean_tokens_per_beam": 10,
+            "correct": {"majority": True, "weighted": True, "pass@n": True},
+            "completions_sha": pid + config}
+
+
+def test_ratios_are_medians_of_per_problem_ratios_not_ratios_of_medians():
+    base = [_row("a", "baseline", 10, 10), _row("b", "baseline", 20, 10),
+            _row("c", "baseline", 40, 10)]
+    cand = [_row("a", "x", 50, 2), _row("b", "x", 22, 5), _row("c", "x", 41, 20),
+            _row("d", "x", 1, 1)]  # d has no baseline row: left out of the ratio
+    bases = {r["id"]: r for r in base}
+    # per-problem ratios 5, 1.1, 1.025 -> median 1.1; the ratio of medians would be 41/20
+    assert median_ratio(cand, bases, "precise_goodput_tok_s") == pytest.approx(1.1)
+    assert median_ratio(cand, bases, "latency_s") == pytest.approx(0.5)  # 0.2, 0.5, 2
+    assert median_ratio(cand, {}, "latency_s") != median_ratio(cand, {}, "latency_s")  # nan
+    cells = summarize(cand + base, ("baseline", "x"))
+    assert [(c["config"], c["problems"]) for c in cells] == [("baseline", 3), ("x", 4)]
+    assert cells[0]["x_goodput"] == 1.0 and cells[1]["x_goodput"] == pytest.approx(1.1)
+    assert cells[1]["goodput"] == pytest.approx(31.5)  # median of 50, 22, 41, 1
+    assert cells[1]["limit_fraction"] == pytest.approx(0.25)
+
+
+def test_configurations_are_interleaved_in_an_order_rotated_by_problem():
+    assert [interleaved("abc", i) for i in range(4)] == [
+        list("abc"), list("bca"), list("cab"), list("abc")]
+
+
+def _plan(**kw) -> Plan:
+    return replace(Plan((Setting("1.5B+7B"),), (8,), ("baseline", "iv", FASTTTS),
+                        ("aime24",), limit=2, max_tokens=512), **kw)
+
+
+def _keys(out) -> list[str]:
+    return [json.loads(line)["key"] for line in (out / "rows.jsonl").read_text().splitlines()]
+
+
+def test_a_cut_run_resumes_without_losing_or_repeating_a_row(tmp_path, monkeypatch):
+    plan = _plan()
+    expected = [row_key("1.5B+7B", 8, c, p) for p, order in
+                (("aime24-60", ("baseline", "iv", FASTTTS)),
+                 ("aime24-61", ("iv", FASTTTS, "baseline"))) for c in order]
+    real_run_row, calls = compare._run_row, []
+
+    def cut_after_four(*a):
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        calls.append(a[-1])
+        return real_run_row(*a)
+
+    monkeypatch.setattr(compare, "_run_row", cut_after_four)
+    with RowStore(tmp_path / "o", {"plan": plan.as_config()}) as store:
+        with pytest.raises(KeyboardInterrupt):
+            compare.run(plan, store, progress=False)
+    assert _keys(tmp_path / "o") == expected[:4]
+    with open(tmp_path / "o" / "rows.jsonl", "ab") as f:  # a line the cut left half written
+        f.write(b'{"key": "1.5B+7B|n8|')
+    first = (tmp_path / "o" / "rows.jsonl").read_text().splitlines()[:4]
+    calls.clear()
+    monkeypatch.setattr(compare, "_run_row", lambda *a: calls.append(a[-1]) or real_run_row(*a))
+    with RowStore(tmp_path / "o", {"plan": plan.as_config()}) as store:
+        rows = compare.run(plan, store, progress=False)
+    assert calls == [FASTTTS, "baseline"]  # only the two rows not yet run
+    assert _keys(tmp_path / "o") == expected  # protocol order, each row once
+    assert (tmp_path / "o" / "rows.jsonl").read_text().splitlines()[:4] == first
+    assert [(r["id"], r["config"]) for r in rows] == [
+        (k.split("|")[3], k.split("|")[2]) for k in expected]
+
+
+def test_bad_input_is_refused_before_an_engine_starts(tmp_path, monkeypatch):
+    import fasttts.bench.compare_engines as ce
+
+    monkeypatch.setattr(ce.Engines, "build", lambda *a: pytest.fail("an engine started"))
+    for bad, message in ((_plan(backend="vllm", kv_cache_gib=0.0), "kv_cache_memory_bytes"),
+                         (_plan(configs=("baseline", "la")), "needs spec_beam_extension"),
+                         (_plan(ns=(0,)), "n and the problem limit must be >= 1")):
+        with RowStore(tmp_path / "o", {"x": 1}) as store, \
+                pytest.raises(ValueError, match=message):
+            compare.run(bad, store, progress=False)
+    assert not (tmp_path / "o").exists()
+
+
+def test_real_ablation_refuses_the_sim_and_an_unwritable_out_without_an_engine(capsys):
+    assert cli(["bench", "real-ablation", "--backend", "sim", "--out", "/tmp/x"]) == 2
+    assert "runs on vllm, not --backend sim" in capsys.readouterr().err
+    assert cli(["bench", "real-ablation", "--out", "/proc/x"]) == 2
+    assert "cannot be written" in capsys.readouterr().err
+
+
+def test_a_recipe_runs_through_main_and_its_report_hook(tmp_path, monkeypatch, capsys):
+    from fasttts.bench import fig12
+
+    monkeypatch.setattr(fig12, "plan", lambda quick: Plan(
+        fig12.PAIRS[1:2], (8,), ("baseline", FASTTTS), ("aime24",), limit=1, max_tokens=512))
+    args = types.SimpleNamespace(out=str(tmp_path / "o"), quick=True, seed=0, max_tokens=None)
+    assert RECIPES["fig12"].main(args) == 0
+    assert "| 1.5B+7B | 8 | sbe+la+p+m+iv | 1 |" in capsys.readouterr().out
+    out = tmp_path / "o"
+    config = json.loads((out / "config.json").read_text())
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    assert json.loads((out / "summary.json").read_text())["cells"][1]["config"] == FASTTTS
+    figdir = tmp_path / "figs"
+    figdir.mkdir()
+    section = RECIPES["fig12"].report(config, rows, figdir)
+    assert isinstance(section, Section) and "simulated" in section.title
+    assert "2.2x" in section.paper and "section 6.2" in section.paper
+    assert "| 1.5B+7B | 8 | baseline | 1 |" in section.ours and section.shortfall
+    assert section.figures == ("fig12_goodput.png", "fig13_latency.png",
+                               "fig13_breakdown.png")
+    for name in section.figures:
+        assert (figdir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_table_of_committed_runs_reproduces_the_documented_ratios(capsys):
+    """docs/benchmarks.md (issue 33, after, cost-aware): 1.5b-7b n = 8, FastTTS vs iv: goodput
+    x1.44, latency x0.75, from the committed flat runs.jsonl of the former script."""
+    path = "benchmarks/results/issue33_sim/after-1.5b-7b.runs.jsonl"
+    assert compare.main([path, "--baseline", "iv"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines()
+                if x.startswith(f"| after-1.5b-7b | 8 | {FASTTTS} |"))
+    cells = [c.strip() for c in line.split("|")]
+    assert (cells[6], cells[9]) == ("1.44", "0.75")
+    with pytest.raises(SystemExit) as e:
+        compare.main([path])  # no `baseline` rows in it
+    assert e.value.code == 2
+    assert "no row of configuration 'baseline'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, module", [
+    ("fig11", "fig11"), ("fig12", "fig12"), ("fig14", "fig14"), ("fig15", "fig15"),
+    ("fig16", "fig16"), ("real-ablation", "real_ablation")])
+def test_every_comparison_report_writes_its_figures_and_quotes_the_paper(name, module,
+                                                                         tmp_path):
+    import importlib
+
+    plan = importlib.import_module(f"fasttts.bench.{module}").plan(True)
+    rows = [{"key": "k", "requests": [], "row": {
+        **_row(f"{ds}-{i}", c, 10.0 * (1 + k), 10.0 / (1 + k), s.label, n), "dataset": ds}}
+        for s in plan.settings for n in plan.ns for k, c in enumerate(plan.configs)
+        for ds in plan.datasets for i in range(2)]
+    section = RECIPES[name].report({"plan": plan.as_config()}, rows, tmp_path)
+    assert section.figures and "section 6." in section.paper and section.shortfall
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(section.figures)
+    assert "| x goodput |" in section.ours
