@@ -186,3 +186,21 @@ def test_every_comparison_report_writes_its_figures_and_quotes_the_paper(name, m
     assert section.figures and "section 6." in section.paper and section.shortfall
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(section.figures)
     assert "| x goodput |" in section.ours
+
+
+def test_real_ablation_validates_every_configuration_then_builds_its_first_engine(tmp_path,
+                                                                                  monkeypatch):
+    import fasttts.bench.compare_engines as ce
+
+    built = []
+
+    def no_engine(self, cfg):
+        built.append((cfg.backend, cfg.generator.dtype, cfg.runtime.spec_beam_extension,
+                      cfg.runtime.incremental_verification))
+        raise RuntimeError("stop before a real engine")
+
+    monkeypatch.setattr(ce.Engines, "build", no_engine)
+    with pytest.raises(RuntimeError, match="stop before a real engine"):
+        cli(["bench", "real-ablation", "--quick", "--out", str(tmp_path / "o")])
+    assert built == [("vllm", "float32", False, False)]  # problem 0: the baseline first
+    assert not (tmp_path / "o" / "rows.jsonl").exists()
