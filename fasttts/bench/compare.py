@@ -24,10 +24,13 @@ backend in one process, and reports each against the first (the baseline):
 API (stable: recipes of other modules build on it):
     `Setting`, `Plan`, `runtime_of(name)`, `interleaved(configs, index)`,
     `row_key(setting, n, config, problem_id)`, `run(plan, store, progress=True)`,
-    `median_ratio(rows, bases, field)`, `summarize(rows, plan_config)`, `table(cells)`,
+    `median_ratio(rows, bases, field)`, `summarize(rows, configs)`, `table(cells)`,
     `run_recipe(args, recipe, plan)` (the `main` of a comparison recipe: folder check,
     store, run, summary.json, printed table), `cells_of(config, entries)` (report hooks: the
-    summary cells from a RowStore's config and rows).
+    summary cells from a RowStore's config and rows), `read_rows(path)` and
+    `python -m fasttts.bench.compare FILE... [--baseline NAME]` (the table of finished or
+    committed runs). `Plan(occupancy=True)` keeps the first problem's batch-occupancy trace
+    in its rows; `Setting(kv_budget_gib=...)` fixes both KV caches together (sim).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from itertools import product
 from fasttts.config import RuntimeConfig
 
 __all__ = ["FASTTTS", "PARTS", "Plan", "Setting", "cells_of", "interleaved", "median_ratio",
-           "row_key", "run", "run_recipe", "runtime_of", "summarize", "table"]
+           "read_rows", "row_key", "run", "run_recipe", "runtime_of", "summarize", "table"]
 
 #: A configuration name's techniques: short name -> `RuntimeConfig` field.
 PARTS = {"sbe": "spec_beam_extension", "la": "lookahead_verification",
