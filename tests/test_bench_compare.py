@@ -204,3 +204,11 @@ def test_real_ablation_validates_every_configuration_then_builds_its_first_engin
         cli(["bench", "real-ablation", "--quick", "--out", str(tmp_path / "o")])
     assert built == [("vllm", "float32", False, False)]  # problem 0: the baseline first
     assert not (tmp_path / "o" / "rows.jsonl").exists()
+
+
+def test_runs_go_n_by_n_so_a_cut_run_holds_every_setting_at_small_n():
+    plan = Plan((Setting("a"), Setting("b")), (32, 8), ("baseline", FASTTTS), limit=1)
+    problems = [("aime24", types.SimpleNamespace(id="p0"))]
+    assert [(s.label, n, c) for s, n, _, _, _, c in compare._jobs(plan, problems)] == [
+        ("a", 8, "baseline"), ("a", 8, FASTTTS), ("b", 8, "baseline"), ("b", 8, FASTTTS),
+        ("a", 32, "baseline"), ("a", 32, FASTTTS), ("b", 32, "baseline"), ("b", 32, FASTTTS)]

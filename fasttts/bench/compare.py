@@ -10,8 +10,8 @@ backend in one process, and reports each against the first (the baseline):
   (`sbe+la:0.5`); `FASTTTS` names what --fasttts turns on (`RuntimeConfig.FASTTTS`);
 - a `Setting` is one (model pair, hardware, method, memory) the configurations are compared
   on; a `Plan` is the settings x n x configurations x problems of one recipe;
-- for each setting, n and problem, the configurations run back to back in an order rotated by
-  the problem's index (`interleaved`), so machine-speed swings hit every configuration alike;
+- for each n (ascending), setting and problem, the configurations run back to back in an
+  order rotated by the problem's index (`interleaved`), so machine-speed swings hit every configuration alike;
   on the real backend both engines' prefix caches are reset before every run
   (`fasttts.bench.compare_engines`);
 - a row is one (setting, n, configuration, problem) run, appended to the recipe's `RowStore`
@@ -211,9 +211,10 @@ def _problems(plan: Plan):
 
 
 def _jobs(plan: Plan, problems):
-    """Every run of the plan in protocol order: (setting, n, index, dataset, problem, config)."""
-    for s in plan.settings:
-        for n in plan.ns:
+    """Every run of the plan in protocol order: (setting, n, index, dataset, problem, config);
+    n ascending outermost, so a run cut short holds every setting at the smaller n."""
+    for n in sorted(plan.ns):
+        for s in plan.settings:
             for i, (ds, prob) in enumerate(problems):
                 for name in interleaved(plan.configs, i):
                     yield s, n, i, ds, prob, name
