@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import types
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -158,7 +159,8 @@ def test_a_recipe_runs_through_main_and_its_report_hook(tmp_path, monkeypatch, c
 def test_the_table_of_committed_runs_reproduces_the_documented_ratios(capsys):
     """docs/benchmarks.md (issue 33, after, cost-aware): 1.5b-7b n = 8, FastTTS vs iv: goodput
     x1.44, latency x0.75, from the committed flat runs.jsonl of the former script."""
-    path = "benchmarks/results/issue33_sim/after-1.5b-7b.runs.jsonl"
+    results = Path(__file__).parents[1] / "benchmarks" / "results"
+    path = str(results / "issue33_sim" / "after-1.5b-7b.runs.jsonl")
     assert compare.main([path, "--baseline", "iv"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines()
                 if x.startswith(f"| after-1.5b-7b | 8 | {FASTTTS} |"))
