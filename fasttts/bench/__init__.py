@@ -100,7 +100,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                 "sim 8 min (estimate)"),
     _comparison("fig12", "fig12", "goodput AND latency vs n, baseline vs FastTTS, 1.5B+1.5B, "
                 "1.5B+7B, 7B+1.5B (FastTTS section 6.2, Figs. 12 and 13; no separate fig13)",
-                ("sim",), "sim 5 min (shared)", "sim 25 min (estimate)"),
+                ("sim",), "sim 5 min (shared)", "sim 37 min (shared)"),
     _comparison("fig14", "fig14", "top-1 and pass@N accuracy vs n, baseline vs FastTTS, "
                 "AIME + AMC (FastTTS section 6.3, Fig. 14)", ("sim",), "sim 3 min (shared)",
                 "sim 15 min (estimate)"),
