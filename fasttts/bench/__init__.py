@@ -96,8 +96,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            "N = 8 (SART section 5.3, Fig. 6)",
            ("sim",), "sim 4 min", "sim 55 min", _sart_ablation),
     _comparison("fig11", "fig11", "goodput per search method, baseline vs FastTTS, 1.5B+7B "
-                "(FastTTS section 6.2, Fig. 11)", ("sim",), "sim 25 s",
-                "sim 8 min (estimate)"),
+                "(FastTTS section 6.2, Fig. 11)", ("sim",), "sim 25 s", "sim 2.5 min"),
     _comparison("fig12", "fig12", "goodput AND latency vs n, baseline vs FastTTS, 1.5B+1.5B, "
                 "1.5B+7B, 7B+1.5B (FastTTS section 6.2, Figs. 12 and 13; no separate fig13)",
                 ("sim",), "sim 105 s", "sim 37 min (shared)"),
@@ -105,8 +104,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                 "AIME + AMC (FastTTS section 6.3, Fig. 14)", ("sim",), "sim 24 s",
                 "sim 15 min (estimate)"),
     _comparison("fig15", "fig15", "goodput on RTX 3070 Ti and 4070 Ti, baseline vs FastTTS, "
-                "1.5B+1.5B (FastTTS section 6.4, Fig. 15)", ("sim",), "sim 37 s",
-                "sim 10 min (estimate)"),
+                "1.5B+1.5B (FastTTS section 6.4, Fig. 15)", ("sim",), "sim 37 s", "sim 3.5 min"),
     _comparison("fig16", "fig16", "ablation: P, M, S (SBE+LookAhead), incremental verification, "
                 "each alone and stacked (FastTTS section 6.5.1, Fig. 16)", ("sim",),
                 "sim 70 s", "sim 18 min (shared)"),
