@@ -102,7 +102,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                 ("sim",), "sim 105 s", "sim 37 min (shared)"),
     _comparison("fig14", "fig14", "top-1 and pass@N accuracy vs n, baseline vs FastTTS, "
                 "AIME + AMC (FastTTS section 6.3, Fig. 14)", ("sim",), "sim 24 s",
-                "sim 15 min (estimate)"),
+                "sim 11 min"),
     _comparison("fig15", "fig15", "goodput on RTX 3070 Ti and 4070 Ti, baseline vs FastTTS, "
                 "1.5B+1.5B (FastTTS section 6.4, Fig. 15)", ("sim",), "sim 37 s", "sim 3.5 min"),
     _comparison("fig16", "fig16", "ablation: P, M, S (SBE+LookAhead), incremental verification, "
