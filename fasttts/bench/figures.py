@@ -26,6 +26,18 @@ def _clock(cells: Sequence[dict]) -> str:
     return "simulated" if cells and cells[0]["clock"] == "simulated" else "wall clock"
 
 
+def _finish_panels(plt, fig, axes, ylabel: str, title: str, cells: Sequence[dict], path: Path,
+                   legend_size: int = 7) -> str:
+    """Label the first panel, title the figure with the clock, write `path`; its name."""
+    axes[0][0].set_ylabel(ylabel)
+    axes[0][0].legend(fontsize=legend_size)
+    fig.suptitle(f"{title} ({_clock(cells)})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path).name
+
+
 def lines_vs_n(cells: Sequence[dict], field: str, ylabel: str, title: str, path: Path,
                names: dict[str, str] | None = None, logy: bool = False,
                ylim: tuple[float, float] | None = None) -> str:
@@ -49,13 +61,7 @@ def lines_vs_n(cells: Sequence[dict], field: str, ylabel: str, title: str, path:
         ax.set_title(s, fontsize=9)
         ax.set_xlabel("n (beams)")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel(ylabel)
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle(f"{title} ({_clock(cells)})", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path).name
+    return _finish_panels(plt, fig, axes, ylabel, title, cells, path)
 
 
 def bars(cells: Sequence[dict], field: str, ylabel: str, title: str, path: Path,
@@ -112,13 +118,8 @@ def breakdown(cells: Sequence[dict], title: str, path: Path,
         ax.set_xlabel("n (beams)")
         ax.set_title(s, fontsize=9)
         ax.grid(alpha=0.3, axis="y")
-    axes[0][0].set_ylabel("seconds (median over problems)")
-    axes[0][0].legend(fontsize=6)
-    fig.suptitle(f"{title} ({_clock(cells)})", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path).name
+    return _finish_panels(plt, fig, axes, "seconds (median over problems)", title, cells, path,
+                          legend_size=6)
 
 
 def spread(cells: Sequence[dict], config: str, field: str) -> tuple[float, float, float]:
