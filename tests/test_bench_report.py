@@ -280,7 +280,7 @@ def test_a_damaged_run_json_is_moved_aside_and_the_report_says_so(runs, tiny, ca
     (folder / "run.json").write_text('{"runs": [1, 2]}')
     assert main(["bench", "report", str(runs)]) == 0
     assert 'run.json: expected a JSON object whose "runs" is a list' in capsys.readouterr().err
-    assert "| command | not recorded (no run.json" in (runs / "REPORT.md").read_text()
+    assert "(inferred from config.json: no run.json" in (runs / "REPORT.md").read_text()
     with pytest.warns(RunFileWarning, match="moved to run.json.bad"):
         assert main(["bench", "sart-latency", *TINY, "--out", str(folder)]) == 0
     assert (folder / "run.json.bad").read_text() == '{"runs": [1, 2]}'

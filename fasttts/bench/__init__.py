@@ -52,7 +52,7 @@ class Recipe:
         report: report(config, rows, figdir) -> Section: config and rows as the recipe's
             `RowStore` holds them (config.json, rows.jsonl entries {"key", "row",
             "requests"}, damaged lines set aside); writes its PNGs (matplotlib, e.g. with
-            `fasttts.bench.plots`) into `figdir` (a `pathlib.Path`, not created yet). None:
+            `fasttts.bench.plots`) into `figdir` (a `pathlib.Path`, created before the call). None:
             not reported yet. Called by `fasttts bench report` (`fasttts.bench.report`).
         run_configs: run_configs(args) -> the `RunConfig`s of the engines the run uses, for
             the platform `fasttts bench` records in the run's run.json

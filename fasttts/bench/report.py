@@ -116,16 +116,34 @@ def _duration(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
+def _inferred_command(config: dict, backend: str, folder: str) -> str:
+    """The `fasttts bench` command a run's config.json says made it (for runs without a
+    run.json): the recipe, --quick, a backend other than the recipe's default, SART's T."""
+    from fasttts.bench import RECIPES
+
+    name = config.get("recipe", "?")
+    words = ["fasttts", "bench", name] + (["--quick"] if config.get("quick") else [])
+    recipe = RECIPES.get(name)
+    if recipe is not None and backend in recipe.backends and backend != recipe.backends[0]:
+        words += ["--backend", backend]
+    if config.get("sart_t") not in (None, 400):
+        words += ["--sart-t", str(config["sart_t"])]
+    return "`" + " ".join([*words, "--out", folder]) + "`"
+
+
 def _facts(run: RunFolder) -> dict[str, str]:
     """Command, backend, wall time, date and fasttts commit of a run, as report lines."""
-    backend = (run.config or {}).get("backend", "?")
+    config = run.config or {}
+    backend = (config.get("backend") or (config.get("plan") or {}).get("backend")
+               or (run.recipe.backends[0] if run.recipe else "?"))
     if not run.run or not run.run.get("runs"):
         walls = [r["row"]["wall_s"] for r in run.rows
                  if isinstance(r["row"].get("wall_s"), (int, float))]
-        wall = (f"not recorded (no run.json); the rows' own wall_s add up to "
-                f"{_duration(sum(walls))}" if walls else "not recorded (no run.json)")
+        wall = (f"{_duration(sum(walls))} (the rows' own wall_s added up; no run.json)"
+                if walls else "not recorded (no run.json)")
         where = "simulated" if backend == "sim" else backend
-        return {"command": "not recorded (no run.json: run by an older fasttts)",
+        return {"command": f"{_inferred_command(config, backend, run.folder.name)} (inferred "
+                           f"from config.json: no run.json, run by an older fasttts)",
                 "backend": f"{where} (no run.json: device not recorded)", "wall time": wall,
                 "date": "not recorded"}
     runs = run.run["runs"]
@@ -177,6 +195,7 @@ def _report_one(root: Path, run: RunFolder, several: bool) -> _Entry:
     else:
         figdir = _figdir(root, run, several)
         try:
+            figdir.mkdir(parents=True, exist_ok=True)
             entry.section = run.recipe.report(run.config, run.rows, figdir)
         except Exception as e:  # one broken hook must not lose the others' sections
             entry.status = f"report hook failed: {type(e).__name__}: {e}"
