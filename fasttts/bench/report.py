@@ -212,7 +212,8 @@ def _section_md(root: Path, entry: _Entry, figdir: Path) -> str:
     if sec:
         rel = figdir.relative_to(root).as_posix()
         parts += [f"![{sec.title}: {f}]({rel}/{f})" for f in sec.figures] + [""]
-        parts += [f"**The paper.** {sec.paper}", "", f"**Ours.** {sec.ours}", "",
+        gap = "\n\n" if sec.ours.lstrip().startswith("|") else " "  # a table starts a block
+        parts += [f"**The paper.** {sec.paper}", "", f"**Ours.**{gap}{sec.ours}", "",
                   "### Where we fall short", "", sec.shortfall or "Nowhere that we measured.",
                   ""]
     else:
