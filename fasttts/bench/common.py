@@ -1,13 +1,12 @@
-"""What the recipes of `fasttts bench` share: the markdown table of a report section, the
-matplotlib figure a report hook writes (Agg: no display), progress bars over a recipe's
-work, and the check a real-engine recipe makes before it starts an engine."""
+"""What the recipes of `fasttts bench` share: the markdown table of a report section,
+progress bars over a recipe's work, and the check a real-engine recipe makes before it starts
+an engine (figures: `fasttts.bench.plots`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
-__all__ = ["md_table", "new_figure", "progress", "require_vllm", "save_figure"]
+__all__ = ["md_table", "progress", "require_vllm"]
 
 
 def md_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
@@ -15,28 +14,6 @@ def md_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
-
-
-def new_figure(ncols: int = 1, width: float = 6.0, height: float = 4.0):
-    """(figure, axes) of a report plot: `ncols` panels side by side, each `width` x `height`
-    inches, on matplotlib's Agg backend (files only: no display is needed)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt.subplots(1, ncols, figsize=(width * ncols, height), squeeze=False)
-
-
-def save_figure(fig, figdir: str | Path, name: str) -> str:
-    """Write `fig` as `figdir/name` (PNG, folder created), close it, and return `name`."""
-    import matplotlib.pyplot as plt
-
-    Path(figdir).mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(Path(figdir) / name, dpi=110)
-    plt.close(fig)
-    return name
 
 
 def progress(items, desc: str, total: int | None = None):

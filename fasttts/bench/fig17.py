@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fasttts.bench import Section
-from fasttts.bench.common import new_figure, save_figure
+from fasttts.bench.plots import save, subplots
 from fasttts.bench.compare import Plan, Setting, cells_of, run_recipe, table
 
 __all__ = ["RATIOS", "main", "occupancy_curve", "plan", "report"]
@@ -107,10 +107,10 @@ def report(config: dict, rows: list[dict], figdir: Path) -> Section:
     """Fig. 17's section of REPORT.md and `fig17.png` (left: occupancy over time; right: the
     R sweep)."""
     cells = cells_of(config, rows)
-    fig, axes = new_figure(2)
-    means = _plot_occupancy(axes[0][0], rows)
-    _plot_sweep(axes[0][1], cells)
-    name = save_figure(fig, figdir, "fig17.png")
+    fig, axes = subplots(2, width=6.0, height=4.0)
+    means = _plot_occupancy(axes[0], rows)
+    _plot_sweep(axes[1], cells)
+    name = save(fig, figdir, "fig17.png")
     notes = []
     ours = ("Baseline and SBE at each R on the same problems and seeds, interleaved; ratios are "
             f"medians of per-problem ratios (simulated):\n\n{table(cells)}")

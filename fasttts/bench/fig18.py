@@ -26,7 +26,8 @@ import random
 import statistics
 
 from fasttts.bench import Section
-from fasttts.bench.common import md_table, new_figure, progress, save_figure
+from fasttts.bench.common import md_table, progress
+from fasttts.bench.plots import save, subplots
 from fasttts.bench.compare import Plan, Setting, run, summarize, table
 from fasttts.bench.store import RowStore, check_out_dir
 from fasttts.runtime.loop import SearchRunner
@@ -249,10 +250,10 @@ def report(config: dict, rows: list[dict], figdir) -> Section:
     order; right: goodput vs memory budget)."""
     data = [r["row"] for r in rows if r["key"].startswith("kv|")]
     cells = _budget_cells(config, rows)
-    fig, axes = new_figure(2)
-    _kv_plot(axes[0][0], config, data)
-    _budget_plot(axes[0][1], cells)
-    name = save_figure(fig, figdir, "fig18.png")
+    fig, axes = subplots(2, width=6.0, height=4.0)
+    _kv_plot(axes[0], config, data)
+    _budget_plot(axes[1], cells)
+    name = save(fig, figdir, "fig18.png")
     kv = {r["order"]: r for r in data}
     big = str(config["kv"]["batches"][-1])
     ours = (f"Left (simulated paths: beam search n = {config['kv']['n']}, iteration "

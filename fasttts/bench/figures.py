@@ -14,12 +14,10 @@ __all__ = ["bars", "breakdown", "lines_vs_n", "spread"]
 
 
 def _pyplot():
-    import matplotlib
+    """matplotlib.pyplot on the Agg backend (`fasttts.bench.plots`)."""
+    from fasttts.bench.plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    return pyplot()
 
 
 def _clock(cells: Sequence[dict]) -> str:

