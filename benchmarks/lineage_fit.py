@@ -14,6 +14,9 @@ the rows of a `fasttts bench` comparison recipe, `fasttts.bench.compare`, or in 
 beam_width 4) this prints measured / estimated W at each integer c in 1..16 and the c with the
 smallest median |log(measured / estimated)| on the `--fit` records, then the same ratios on the
 `--test` records at that c and at the constant in force.
+
+Kept outside `fasttts bench`: fits one planner constant from existing run files; it runs
+nothing.
 """
 
 from __future__ import annotations

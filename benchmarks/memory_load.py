@@ -13,6 +13,9 @@ seed), and wait for their last answers (the drain). Prints the RSS before, after
 reports after the drain. Exit code 1 if a request failed, a KV block or sequence is still
 held, or the RSS `--settle` seconds after the drain is more than `--max-growth-mib` above the
 RSS before the load.
+
+Kept outside `fasttts bench`: a server hardening check (RSS under a closed-loop load of
+`fasttts serve`), not a paper figure; its numbers are in docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ pooling, `--dtype`, one thread):
 
 Prints each score's difference from the fresh one. The token ids are the same in every case,
 so any difference is the engine's own numerics (how the pass that wrote the KV was shaped).
+
+Kept outside `fasttts bench`: a one-off numerical probe of the prefix cache on recorded calls
+(issue 14); its answer is in docs/verifier-pricing.md.
 """
 
 from __future__ import annotations

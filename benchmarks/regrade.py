@@ -5,6 +5,9 @@ and equivalence (`fasttts.eval.grading`), without running anything.
 
 For each run folder: completions without a `\\boxed{}`, completion answers that change, and the
 accuracy (weighted / majority / best vote, pass@n) as stored and as re-graded. Writes nothing.
+
+Kept outside `fasttts bench`: a tool that re-grades stored `fasttts eval` outputs; it runs
+nothing.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ the whole stream (so the plan carries over between requests as in a server):
 The configs run each problem back to back (same problems, seeds and backend) before the next
 problem. Prints, per n, the median latency and precise goodput of each config and the median
 per-problem ratio to `once`, plus the plan changes. Simulated runs report virtual seconds.
+
+Kept outside `fasttts bench`: a one-off check of per-request re-planning (docs/benchmarks.md);
+not a paper figure.
 """
 
 from __future__ import annotations

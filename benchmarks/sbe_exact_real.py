@@ -12,6 +12,9 @@ planner is left out (it would rebuild the engines with other sizes). Reported pe
 configuration: whether every selection (kept beam ids, per iteration) and every returned
 completion's token ids equal the baseline's, the SBE counters, generator / verifier seconds
 and the runtime overhead.
+
+Kept outside `fasttts bench`: a one-off exactness check of SBE at R = 0 on the real engine
+(issue 33), recorded in benchmarks/results/.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@ config.json): accuracy, tokens, latency, goodput, the single-sample baseline's a
 latency when it ran, and what the run ran on (the resolved dtype, threads, vLLM, CPU flags).
 
 Usage: python benchmarks/table.py runs/defaults/*
+
+Kept outside `fasttts bench`: a tool that prints existing `fasttts eval` output folders as a
+table; it runs nothing.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ rotating between calls, and timed (`time.perf_counter`). Per problem and block s
 prefix-cache hit rate, and the ratio to the first block size; the median of per-problem
 ratios is the headline. The scores of the engines are compared too (same requests, so they
 must agree within float32 noise).
+
+Kept outside `fasttts bench`: a one-off probe of the incremental verifier's KV block size on
+recorded calls (issue 14); its answer is in docs/verifier-pricing.md.
 """
 
 from __future__ import annotations
