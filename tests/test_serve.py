@@ -131,6 +131,9 @@ def test_models_health_and_metrics(client):
                  "fasttts_prefix_cache_hit_rate", "fasttts_request_latency_seconds_bucket",
                  'fasttts_requests_total{status="200"} 1.0'):
         assert name in text
+    overhead = next(float(line.split()[-1]) for line in text.splitlines()
+                    if line.startswith("fasttts_runtime_overhead_fraction "))
+    assert 0.0 < overhead < 1.0  # measured once a request has run engine steps
 
 
 BAD = [

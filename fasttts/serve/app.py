@@ -78,6 +78,9 @@ def _metrics(state: ServerState) -> tuple[CollectorRegistry, dict]:
         ("fasttts_verifier_calls", "verifier batches run", lambda: hub.driver.num_score_calls),
         ("fasttts_verifier_merged_calls", "verifier calls served inside another request's batch",
          lambda: hub.driver.num_merged),
+        ("fasttts_runtime_overhead_fraction", "the driver loop's wall seconds outside engine "
+         "steps and verifier calls over those plus engine-step seconds, since start (NaN "
+         "before the first step)", lambda: _or_nan(hub.driver.runtime_overhead_frac)),
     ):
         Gauge(name, doc, registry=reg).set_function(fn)
     return reg, {
@@ -92,6 +95,11 @@ def _metrics(state: ServerState) -> tuple[CollectorRegistry, dict]:
                              "precise goodput per request (tokens/s)",
                              buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000), registry=reg),
     }
+
+
+def _or_nan(value: float | None) -> float:
+    """A gauge's value: NaN for "not measured yet" (Prometheus' convention)."""
+    return float("nan") if value is None else value
 
 
 def _install_error_handlers(app: FastAPI, count: Callable[[int], None]) -> None:
