@@ -155,3 +155,28 @@ def test_every_row_of_a_rate_sees_the_same_arrivals():
     a, b = arrivals(probs, 0.1, 20, seed=7), arrivals(probs, 0.1, 20, seed=7)
     assert [(r.arrival_s, r.problem.id) for r in a] == [(r.arrival_s, r.problem.id) for r in b]
     assert all(r.arrival_s == 0 for r in arrivals(probs, math.inf, 5, seed=7))
+
+
+def test_nan_cells_are_written_as_null_and_read_back(tmp_path):
+    from fasttts.jsonio import read_json, read_jsonl
+
+    with RowStore(tmp_path / "o", {"recipe": "x"}) as store:
+        store.append("k", {"ratio": math.nan, "cells": [1.0, math.inf]}, [])
+        path = store.write_summary({"rows": [{"median": math.nan}]})
+    assert read_json(path) == {"rows": [{"median": None}]}
+    assert [v["row"] for _, v in read_jsonl(tmp_path / "o" / "rows.jsonl")] == [
+        {"ratio": None, "cells": [1.0, None]}]
+    assert store.rows[0]["row"]["ratio"] is None
+
+
+def test_compare_tables_refuse_a_file_that_is_not_a_comparison(tmp_path, capsys):
+    from fasttts.bench import compare
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"key": "capacity", "row": {"method": "sart"}}\n[1, 2]\n')
+    with pytest.raises(ValueError, match=r"rows.jsonl line 1: not a run of a comparison"):
+        compare.read_rows(str(path))
+    with pytest.raises(SystemExit) as exit_:
+        compare.main([str(path)])
+    assert exit_.value.code == 2
+    assert "not a run of a comparison" in capsys.readouterr().err

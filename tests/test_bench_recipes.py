@@ -246,6 +246,9 @@ def test_a_cut_short_verifier_modes_run_drops_the_calls_of_its_unfinished_proble
     assert calls.read_text() == "".join(lines[:2])
     _keep_calls_of(tmp_path / "none.jsonl", {"a"})  # no file: nothing to do
     assert not (tmp_path / "none.jsonl").exists()
+    calls.write_text("".join(lines[:2]) + "not json\n" + lines[0][:9])  # damaged, cut short
+    _keep_calls_of(calls, {"a"})
+    assert calls.read_text() == "".join(lines[:2])
 
 
 def test_the_measurement_skips_what_the_budget_cannot_hold_and_keeps_failures():

@@ -412,14 +412,23 @@ def read_rows(path: str) -> list[dict]:
     a row without a setting gets the file's name.
 
     Raises:
-        OSError: the file cannot be read; ValueError: a line is not JSON.
+        OSError: the file cannot be read; ValueError: a line is not JSON, or not a run of a
+            comparison (an object with "id", "n" and "config"), naming the file and line.
     """
     from pathlib import Path
 
+    from fasttts.jsonio import read_jsonl
+
     name = Path(path).name.removesuffix(".jsonl").removesuffix(".runs")
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    rows = [r["row"] if isinstance(r.get("row"), dict) else r for r in rows]
-    return [{"setting": name, **r} for r in rows]
+    out = []
+    for number, r in read_jsonl(path):
+        r = r["row"] if isinstance(r, dict) and isinstance(r.get("row"), dict) else r
+        if not isinstance(r, dict) or not {"id", "n", "config"} <= r.keys():
+            raise ValueError(f"{path} line {number}: not a run of a comparison (an object "
+                             f"with id, n and config; a rows.jsonl of fig11-fig16 or "
+                             f"real-ablation, or a committed *.runs.jsonl)")
+        out.append({"setting": name, **r})
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,7 +32,7 @@ from fasttts.bench.store import RowStore
 from fasttts.eval.datasets import Problem
 
 __all__ = ["ABLATION", "RATE_FACTORS", "ROWS", "SC8", "Row", "Sizes", "arrivals", "run",
-           "run_configs", "sim_questions", "table"]
+           "parse_rates", "run_configs", "sim_questions", "table"]
 
 #: The rates, as multiples of self-consistency's measured capacity at N = 8.
 RATE_FACTORS = {"low": 0.5, "high": 1.5}
@@ -227,7 +227,7 @@ def main(args, rows, recipe: str) -> int:
     from fasttts.bench.store import RowStore, check_out_dir
 
     out = check_out_dir(args.out)
-    rates = _rates(args.rates)
+    rates = parse_rates(args.rates)
     sizes = SIZES[(args.backend, args.quick)]
     def make_search(row: Row):
         return _search(row, _max_tokens(args), args.sart_t)
@@ -247,7 +247,7 @@ def main(args, rows, recipe: str) -> int:
     return 0
 
 
-def _rates(text: str | None) -> dict[str, float] | None:
+def parse_rates(text: str | None) -> dict[str, float] | None:
     """--rates LOW,HIGH (req/s) checked: two numbers > 0."""
     if text is None:
         return None

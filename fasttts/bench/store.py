@@ -13,6 +13,7 @@ queue behind each other, so a half-run row cannot be resumed, only rerun.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import warnings
@@ -51,6 +52,23 @@ def check_out_dir(out: str | os.PathLike) -> Path:
         raise BenchDirError(f"--out {path} cannot be written: {existing} is not a writable "
                             f"folder ({e.strerror})") from e
     return path
+
+
+def _finite(value):
+    """`value` with every NaN or infinite float replaced by None (null): JSON has no NaN, and
+    `fasttts.jsonio` refuses it when the file is read back."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _dumps(value) -> str:
+    """`value` as strict JSON (NaN and infinities written as null)."""
+    return json.dumps(_finite(value), ensure_ascii=False, allow_nan=False)
 
 
 def _sync_append(path: Path, data: bytes) -> None:
@@ -149,14 +167,14 @@ class RowStore:
             tmp = self.dir / ".config.json.tmp"
             tmp.write_text(json.dumps(self.config, indent=2, sort_keys=True) + "\n")
             os.replace(tmp, cfg)
-        entry = {"key": key, "row": row, "requests": records}
-        _sync_append(self.rows_path, (json.dumps(entry, ensure_ascii=False) + "\n").encode())
-        self.rows.append(entry)
+        line = _dumps({"key": key, "row": row, "requests": records})
+        _sync_append(self.rows_path, (line + "\n").encode())
+        self.rows.append(json.loads(line))
 
     def write_summary(self, summary: dict) -> Path:
         """Write DIR/summary.json (e.g. {"rows": [...]}) atomically; returns its path."""
         path = self.dir / "summary.json"
         tmp = self.dir / ".summary.json.tmp"
-        tmp.write_text(json.dumps(summary, indent=2) + "\n")
+        tmp.write_text(json.dumps(_finite(summary), indent=2, allow_nan=False) + "\n")
         os.replace(tmp, path)
         return path

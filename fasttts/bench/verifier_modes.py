@@ -160,8 +160,19 @@ def _keep_calls_of(path: Path, done: set[str]) -> None:
     if not path.exists():
         return
     lines = path.read_text().splitlines(keepends=True)
-    kept = [x for x in lines if x.strip() and json.loads(x).get("problem_id") in done]
-    if len(kept) != len(lines):
+    original = len(lines)
+    if lines and not lines[-1].endswith("\n"):
+        lines.pop()  # cut short by a kill: that problem runs again
+
+    def keep(line: str) -> bool:
+        try:
+            call = json.loads(line)
+        except ValueError:  # damaged: dropped with its problem, which runs again
+            return False
+        return isinstance(call, dict) and call.get("problem_id") in done
+
+    kept = [x for x in lines if x.strip() and keep(x)]
+    if len(kept) != original:
         tmp = path.with_name(".calls.jsonl.tmp")
         tmp.write_text("".join(kept))
         os.replace(tmp, path)

@@ -52,8 +52,9 @@ def add_parser(sub, parents: list) -> None:
     p.add_argument("--sart-t", type=int, default=400, metavar="T",
                    help="SART's T, decode steps between checks (default: %(default)s)")
     p.add_argument("--max-tokens", type=int, default=None,
-                   help="token budget of a branch (default: 30268 sim, 512 vllm)")
-    p.add_argument("--seed", type=int, default=0, help="arrival seed (default: %(default)s)")
+                   help="token budget of a path (default: the recipe's own: SART 30268 sim, 512 vllm; "
+                        "the FastTTS figures 2048)")
+    p.add_argument("--seed", type=int, default=0, help="the seed of arrivals and of the searches' sampling (default: %(default)s)")
     p.add_argument("--port", type=int, default=8766, help="loopback port with --backend vllm")
     p.set_defaults(func=_cmd_bench)
 
@@ -98,6 +99,9 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError("--out is required: the folder the benchmark writes to")
     if args.sart_t < 1 or (args.max_tokens is not None and args.max_tokens < 1):
         raise ValueError("--sart-t and --max-tokens must be >= 1")
+    from fasttts.bench.sart_latency import parse_rates
+
+    parse_rates(args.rates)  # raises before --out is touched
     check_out_dir(args.out)
 
 
