@@ -214,3 +214,13 @@ def test_runs_go_n_by_n_so_a_cut_run_holds_every_setting_at_small_n():
     assert [(s.label, n, c) for s, n, _, _, _, c in compare._jobs(plan, problems)] == [
         ("a", 8, "baseline"), ("a", 8, FASTTTS), ("b", 8, "baseline"), ("b", 8, FASTTTS),
         ("a", 32, "baseline"), ("a", 32, FASTTTS), ("b", 32, "baseline"), ("b", 32, FASTTTS)]
+
+
+def test_a_comparison_recipe_names_its_devices_for_run_json():
+    import argparse
+
+    from fasttts.bench import RECIPES
+    from fasttts.bench.runinfo import _platform
+
+    _, text = _platform(RECIPES["fig15"], argparse.Namespace(quick=True, backend="sim"))
+    assert "simulated rtx3070ti" in text and "simulated rtx4070ti" in text

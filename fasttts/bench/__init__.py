@@ -116,8 +116,15 @@ def _hooks(module: str) -> tuple[Callable, Callable]:
 
 def _comparison(name: str, module: str, about: str, backends: tuple[str, ...], quick: str,
                 full: str) -> Recipe:
-    """A recipe of `fasttts.bench.compare` whose module has `main` and `report`."""
-    return Recipe(name, about, backends, quick, full, *_hooks(module))
+    """A recipe of `fasttts.bench.compare` whose module has `main`, `report` and `plan`."""
+
+    def run_configs(args) -> list:
+        from fasttts.bench import compare
+
+        plan = importlib.import_module(f"fasttts.bench.{module}").plan(args.quick)
+        return compare.run_configs(plan)
+
+    return Recipe(name, about, backends, quick, full, *_hooks(module), run_configs)
 
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (

@@ -47,7 +47,8 @@ from itertools import product
 from fasttts.config import RuntimeConfig
 
 __all__ = ["FASTTTS", "PARTS", "Plan", "Setting", "cells_of", "interleaved", "median_ratio",
-           "read_rows", "row_key", "run", "run_recipe", "runtime_of", "summarize", "table"]
+           "read_rows", "row_key", "run", "run_configs", "run_recipe", "runtime_of", "summarize",
+           "table"]
 
 #: A configuration name's techniques: short name -> `RuntimeConfig` field.
 PARTS = {"sbe": "spec_beam_extension", "la": "lookahead_verification",
@@ -174,6 +175,16 @@ class Plan:
         for k in ("ns", "configs", "datasets"):
             known[k] = tuple(known[k])
         return cls(**known)
+
+
+def run_configs(plan: Plan) -> list:
+    """The `RunConfig` of each setting of `plan` (its baseline at its first n; validation
+    only, no engine), for the platform `fasttts bench` records in run.json."""
+    from fasttts.bench.compare_engines import Engines
+
+    engines = Engines(plan)
+    return [engines.config(s, plan.ns[0], runtime_of(plan.configs[0]), check_only=True)
+            for s in plan.settings]
 
 
 def interleaved(configs: Sequence[str], index: int) -> list[str]:
