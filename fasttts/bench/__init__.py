@@ -130,11 +130,11 @@ def _comparison(name: str, module: str, about: str, backends: tuple[str, ...], q
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("sart-latency", "SART vs self-consistency, best-of-N and vanilla under Poisson "
            "arrivals: P50-P99 latency, accuracy, tokens (SART section 5.2, Fig. 5)",
-           ("sim", "vllm"), "sim 5 min, vllm 20 min", "sim 50 min, vllm 50 min",
+           ("sim", "vllm"), "sim 9 min (shared), vllm 20 min", "sim 50 min, vllm 50 min",
            _sart_latency, _sart_latency_report, _sart_configs),
     Recipe("sart-ablation", "early stopping alone, pruning alone, both, vs self-consistency, "
            "N = 8 (SART section 5.3, Fig. 6)",
-           ("sim",), "sim 4 min", "sim 55 min", _sart_ablation, _sart_ablation_report,
+           ("sim",), "sim 5.5 min (shared)", "sim 55 min", _sart_ablation, _sart_ablation_report,
            _sart_configs),
     _comparison("fig11", "fig11", "goodput per search method, baseline vs FastTTS, 1.5B+7B "
                 "(FastTTS section 6.2, Fig. 11)", ("sim",), "sim 25 s", "sim 2.5 min"),
