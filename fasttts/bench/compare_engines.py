@@ -5,14 +5,14 @@ roofline limit of a run's own work (`fasttts.eval.limit`).
 
 from __future__ import annotations
 
-from fasttts.config import (DEFAULT_GENERATOR, DEFAULT_VERIFIER, EngineConfig, RunConfig,
-                            RuntimeConfig, SearchConfig, SimConfig, VerifierConfig)
+from fasttts.config import (DEFAULT_GENERATOR, DEFAULT_VERIFIER, SIM_GENERATOR, SIM_VERIFIER,
+                            EngineConfig, RunConfig, RuntimeConfig, SearchConfig, SimConfig,
+                            VerifierConfig)
 
-__all__ = ["Engines", "SIM_GENERATOR", "SIM_VERIFIER"]
+__all__ = ["Engines"]
 
 GiB = 1 << 30
 #: The simulator's default model pair (FastTTS section 6.1's verifier-heavy 1.5B+7B).
-SIM_GENERATOR, SIM_VERIFIER = "qwen2.5-math-1.5b", "math-shepherd-7b"
 #: vllm: the model spec the limit of a model without one is priced on.
 LIMIT_SPEC = "qwen2.5-coder-0.5b-instruct"
 

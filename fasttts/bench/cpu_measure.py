@@ -127,15 +127,19 @@ class Bench:
         self._next_id = 0
 
     def tokens(self, n: int) -> list[int]:
+        """`n` random token ids (seeded), shape [n]."""
         return [self.rng.randint(TOKEN_LO, TOKEN_HI) for _ in range(n)]
 
     def params(self, max_tokens: int):
+        """Sampling parameters of one measured request: seeded, `max_tokens` tokens, EOS
+        ignored (every request decodes its full length), outputs as deltas."""
         self._next_id += 1
         return self._SamplingParams(n=1, temperature=0.8, top_p=1.0, seed=self._next_id,
                                     max_tokens=max_tokens, ignore_eos=True,
                                     output_kind=self._delta)
 
     def add(self, prompt: list[int], max_tokens: int) -> str:
+        """Submit `prompt` (token ids) for `max_tokens` tokens; returns its request id."""
         rid = f"cal-{self._next_id}"
         self.engine.add_request(rid, self._TokensPrompt(prompt_token_ids=list(prompt)),
                                 self.params(max_tokens))
@@ -154,6 +158,7 @@ class Bench:
         raise PointError("engine did not drain")
 
     def run_to_completion(self, prompt: list[int], max_tokens: int = 1) -> None:
+        """Run one request to its end (fills the prefix cache with the prompt's full blocks)."""
         rid = self.add(prompt, max_tokens)
         while self.engine.has_unfinished_requests():
             self.engine.step()
@@ -161,6 +166,12 @@ class Bench:
 
     # ------------------------------------------------------------------ prefill
     def prefill(self, batch: int, length: int, reps: int) -> dict:
+        """One prefill point: `batch` fresh prompts of `length` tokens in one engine step, timed
+        `reps` times; the median step seconds and the samples.
+
+        Raises:
+            PointError: the batch did not prefill in one step, or hit the prefix cache.
+        """
         samples: list[float] = []
         for _ in range(reps):
             prompts = [self.tokens(length) for _ in range(batch)]
@@ -188,6 +199,12 @@ class Bench:
 
     # ------------------------------------------------------------------- decode
     def decode(self, batch: int, label_l: int, prefix: list[int]) -> dict:
+        """One decode point: `batch` sequences sharing `prefix` at context about `label_l`
+        tokens, timed over the decode steps after a warm-up; the median step seconds.
+
+        Raises:
+            PointError: the batch did not prefill in one step or did not decode together.
+        """
         prompt_len = label_l - CTX_OFFSET
         assert len(prefix) == prompt_len - TAIL
         # Primer: caches the shared prefix's full blocks (a no-op if an earlier B did it).

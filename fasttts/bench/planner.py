@@ -23,6 +23,7 @@ from fasttts.bench import Section
 from fasttts.bench.common import md_table, progress
 from fasttts.bench.plots import save, subplots
 from fasttts.bench.store import RowStore, check_out_dir
+from fasttts.config import SIM_GENERATOR, SIM_VERIFIER
 
 __all__ = ["PAPER_MS", "main", "report", "time_plan"]
 
@@ -45,8 +46,8 @@ def _plan_input(n: int, variant: str):
     shape = ({} if variant == VARIANTS[0]
              else search_shape(SearchConfig(method="beam_search", n=n, beam_width=4), SEQ_LEN))
     return PlanInput(memory_bytes=int(KV_BUDGET_GIB * (1 << 30)),
-                     generator=load_model("qwen2.5-math-1.5b"),
-                     verifier=load_model("math-shepherd-7b"), hardware=load_hardware("rtx4090"),
+                     generator=load_model(SIM_GENERATOR),
+                     verifier=load_model(SIM_VERIFIER), hardware=load_hardware("rtx4090"),
                      num_requests=n, verifier_len=SEQ_LEN, decode_len=SEQ_LEN, **shape)
 
 
@@ -86,7 +87,7 @@ def main(args) -> int:
     config = {"recipe": "planner", "backend": "sim", "quick": args.quick, "ns": list(ns),
               "calls": calls,
               "kv_budget_gib": KV_BUDGET_GIB, "seq_len": SEQ_LEN, "hardware": "rtx4090",
-              "generator": "qwen2.5-math-1.5b", "verifier": "math-shepherd-7b"}
+              "generator": SIM_GENERATOR, "verifier": SIM_VERIFIER}
     with RowStore(check_out_dir(args.out), config) as store:
         keys = [(n, v) for n in ns for v in VARIANTS]
         for n, variant in progress(keys, "planner rows"):

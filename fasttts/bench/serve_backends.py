@@ -73,6 +73,8 @@ class SimBackend:
     kind: str = "sim"
 
     def serve(self, row, rate: float, count: int, on_request) -> tuple[list[dict], dict]:
+        """Serve `count` requests of `row` arriving at `rate` req/s on the virtual clock;
+        `on_request(record)` after each. Returns (per-request records, the row's totals)."""
         from fasttts.api import FastTTS
         from fasttts.bench.sart_latency import arrivals
         from fasttts.bench.serving import serve_virtual
@@ -113,6 +115,9 @@ class LoopbackBackend:
     _next: int = 0
 
     def serve(self, row, rate: float, count: int, on_request) -> tuple[list[dict], dict]:
+        """Send `count` requests of `row` (at least `min_duration_s` of arrivals) at `rate`
+        req/s to the server, wall clock; `on_request(record)` after each. Returns
+        (per-request records, the row's totals, with the server's KV blocks after the drain)."""
         from fasttts.bench.loopback import drain_state, send_poisson
 
         search = self.make_search(row)

@@ -69,6 +69,8 @@ class DualVerifier(Verifier):
         self.steps_compared = 0
 
     def score(self, requests: list[ScoreRequest]) -> list[list[float]]:
+        """Score `requests` in both modes (the order alternates per call), timing each and
+        comparing their scores; returns the whole-path mode's scores, one list per request."""
         from fasttts.bench.verifier_calls import waves_of
 
         order = list(self.modes) if self.calls % 2 == 0 else list(self.modes)[::-1]
@@ -102,9 +104,11 @@ class DualVerifier(Verifier):
         self.same_top += by_whole == by_inc
 
     def cache_stats(self):
+        """The incremental verifier's prefix-cache statistics."""
         return self.modes["incremental"].cache_stats()
 
     def close(self) -> None:
+        """Shut both verifier engines down."""
         for v in self.modes.values():
             v.close()
 
