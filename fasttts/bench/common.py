@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-__all__ = ["md_table", "progress", "require_vllm"]
+__all__ = ["clock_of", "md_table", "progress", "require_vllm"]
+
+
+def clock_of(backend: str | None) -> str:
+    """What a run's seconds are: "simulated" (the simulator's virtual clock, backend "sim")
+    or "wall" (real engines)."""
+    return "simulated" if backend == "sim" else "wall"
 
 
 def md_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

