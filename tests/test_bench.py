@@ -33,6 +33,19 @@ def test_list_names_every_recipe_with_its_backends_and_times(capsys):
     (["bench", "sart-latency", "--out", "OUT", "--backend", "tpu"], "invalid choice: 'tpu'"),
     (["bench", "sart-latency", "--out", "/proc/x"], "cannot be written"),
     (["bench", "sart-latency"], "--out is required"),
+    (["bench", "planner", "--out", "OUT", "--seed", "3"],
+     "planner --backend sim does not take --seed: it takes no option beyond --out, --quick "
+     "and --backend"),
+    (["bench", "fig12", "--out", "OUT", "--rates", "1,2"],
+     "fig12 --backend sim does not take --rates: it takes --max-tokens, --seed, --problems, "
+     "--n"),
+    (["bench", "sart-latency", "--out", "OUT", "--port", "9000"],
+     "sart-latency --backend sim does not take --port"),
+    (["bench", "all", "--out", "OUT", "--port", "9000"], "all --backend sim does not take --port"),
+    (["bench", "fig12", "--out", "OUT", "--n", "8,x"], "--n takes integers >= 1"),
+    (["bench", "fig12", "--out", "OUT", "--n", "0"], "--n takes integers >= 1"),
+    (["bench", "fig12", "--out", "OUT", "--problems", "0"], "--problems must be >= 1, got 0"),
+    (["bench", "sart-latency", "--out", "OUT", "--sart-t", "0"], "--sart-t must be >= 1, got 0"),
 ])
 def test_bad_input_exits_2_before_anything_is_written(argv, message, tmp_path, capsys):
     argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
@@ -180,3 +193,28 @@ def test_compare_tables_refuse_a_file_that_is_not_a_comparison(tmp_path, capsys)
         compare.main([str(path)])
     assert exit_.value.code == 2
     assert "not a run of a comparison" in capsys.readouterr().err
+
+
+def test_problems_and_n_size_a_comparison_recipe(tmp_path, capsys):
+    # fig11 --quick is 2 AIME problems x n = 32 (fasttts.bench.fig11.plan); --problems 1 --n 4
+    # runs one problem at n = 4 for every method and configuration, and the plan says so
+    from fasttts.bench.fig11 import plan
+
+    assert main(["bench", "fig11", "--quick", "--problems", "1", "--n", "4", "--out",
+                 str(tmp_path / "o")]) == 0
+    config = json.loads((tmp_path / "o" / "config.json").read_text())
+    assert config["plan"]["limit"] == 1 and config["plan"]["ns"] == [4]
+    rows = [json.loads(line)["row"] for line in (tmp_path / "o" / "rows.jsonl").open()]
+    quick = plan(True)
+    assert len(rows) == len(quick.settings) * len(quick.configs) * len(quick.datasets)
+    assert {r["n"] for r in rows} == {4}
+
+
+def test_all_records_each_recipe_without_the_flags_it_does_not_take():
+    from fasttts.cli.bench import _recipe_argv
+
+    argv = ["bench", "all", "--quick", "--seed", "3", "--port=9", "--out", "D"]
+    assert _recipe_argv(argv, "planner", "D/planner", ("--seed", "--port")) == [
+        "bench", "planner", "--quick", "--out", "D/planner"]
+    assert _recipe_argv(argv, "fig12", "D/fig12", ("--port",)) == [
+        "bench", "fig12", "--quick", "--seed", "3", "--out", "D/fig12"]

@@ -12,7 +12,8 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["RECIPES", "Recipe", "Section"]
+__all__ = ["COMPARISON_OPTIONS", "RECIPES", "Recipe", "SART_OPTIONS", "SHARED_OPTIONS",
+           "Section", "VLLM_ONLY_OPTIONS"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,9 @@ class Recipe:
             the platform `fasttts bench` records in the run's run.json
             (`fasttts.engines.platform_info`). None: the backend alone is recorded (and the
             host and default engine settings on vllm).
+        options: the shared options of `fasttts bench` it reads (argparse dests of
+            `SHARED_OPTIONS`, e.g. "seed", "max_tokens"); `fasttts bench NAME` refuses any
+            other one the user gives, so no flag is silently ignored.
     """
 
     name: str
@@ -68,6 +72,22 @@ class Recipe:
     main: Callable
     report: Callable[..., Section] | None = None
     run_configs: Callable[..., list] | None = None
+    options: tuple[str, ...] = ()
+
+
+#: The options of `fasttts bench` a recipe may read (argparse dest -> (flag, default when
+#: not given)); `Recipe.options` says which ones each recipe reads. --port is read on
+#: --backend vllm only (`VLLM_ONLY_OPTIONS`).
+SHARED_OPTIONS: dict[str, tuple[str, object]] = {
+    "rates": ("--rates", None), "sart_t": ("--sart-t", 400), "max_tokens": ("--max-tokens", None),
+    "seed": ("--seed", 0), "port": ("--port", 8766), "problems": ("--problems", None),
+    "ns": ("--n", None)}
+#: The shared options read only with --backend vllm.
+VLLM_ONLY_OPTIONS = ("port",)
+#: What a comparison recipe (`fasttts.bench.compare.run_recipe`) reads.
+COMPARISON_OPTIONS = ("seed", "max_tokens", "problems", "ns")
+#: What a SART load recipe (`fasttts.bench.sart_latency`) reads.
+SART_OPTIONS = ("rates", "sart_t", "max_tokens", "seed", "port")
 
 
 def _sart_latency_report(config, rows, figdir) -> Section:
@@ -124,18 +144,19 @@ def _comparison(name: str, module: str, about: str, backends: tuple[str, ...], q
         plan = importlib.import_module(f"fasttts.bench.{module}").plan(args.quick)
         return compare.run_configs(plan)
 
-    return Recipe(name, about, backends, quick, full, *_hooks(module), run_configs)
+    return Recipe(name, about, backends, quick, full, *_hooks(module), run_configs,
+                  COMPARISON_OPTIONS)
 
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("sart-latency", "SART vs self-consistency, best-of-N and vanilla under Poisson "
            "arrivals: P50-P99 latency, accuracy, tokens (SART section 5.2, Fig. 5)",
            ("sim", "vllm"), "sim 9 min (shared), vllm 20 min", "sim 50 min, vllm 50 min",
-           _sart_latency, _sart_latency_report, _sart_configs),
+           _sart_latency, _sart_latency_report, _sart_configs, SART_OPTIONS),
     Recipe("sart-ablation", "early stopping alone, pruning alone, both, vs self-consistency, "
            "N = 8 (SART section 5.3, Fig. 6)",
            ("sim",), "sim 5.5 min (shared)", "sim 55 min", _sart_ablation, _sart_ablation_report,
-           _sart_configs),
+           _sart_configs, tuple(o for o in SART_OPTIONS if o != "port")),
     _comparison("fig11", "fig11", "goodput per search method, baseline vs FastTTS, 1.5B+7B "
                 "(FastTTS section 6.2, Fig. 11)", ("sim",), "sim 25 s", "sim 2.5 min"),
     _comparison("fig12", "fig12", "goodput AND latency vs n, baseline vs FastTTS, 1.5B+1.5B, "
@@ -151,7 +172,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                 "sim 70 s", "sim 18 min (shared)"),
     Recipe("fig17", "batch occupancy over time, baseline vs SBE, and goodput vs SBE's "
            "truncation ratio R (FastTTS section 6.5.2, Fig. 17)",
-           ("sim",), "sim 2 min", "sim 9 min", *_hooks("fig17")),
+           ("sim",), "sim 2 min", "sim 9 min", *_hooks("fig17"), options=COMPARISON_OPTIONS),
     Recipe("fig18", "KV blocks held vs batch size by submission order, and goodput vs KV "
            "budget: baseline, P, M+P (FastTTS section 6.5.3-6.5.4, Fig. 18)",
            ("sim",), "sim 2 min", "sim 11 min", *_hooks("fig18")),
@@ -169,9 +190,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("verifier-modes", "whole-path vs incremental verification, same scoring calls of "
            "one beam search, n = 16, MATH-500 (this project's own; real engine only)",
            ("vllm",), "vllm ~13 min (estimate)", "vllm ~50 min (estimate)",
-           *_hooks("verifier_modes")),
+           *_hooks("verifier_modes"), options=("max_tokens", "seed")),
     Recipe("verifiers", "which verifier ranks the 0.5B generator's completions best: "
            "confidence vs the OVM head, GSM8K (this project's own; real engine only)",
            ("vllm",), "vllm ~20 min (estimate)", "vllm ~8 h (estimate)",
-           *_hooks("verifiers")),
+           *_hooks("verifiers"), options=("max_tokens",)),
 )}

@@ -391,8 +391,8 @@ def table(cells: Sequence[dict]) -> str:
 
 
 def run_recipe(args, recipe: str, plan: Plan) -> int:
-    """The `main` of a comparison recipe: `plan` with the command line's --seed and
-    --max-tokens (when given); check it and --out before anything runs, run
+    """The `main` of a comparison recipe: `plan` with the command line's --seed,
+    --max-tokens, --problems (its limit) and --n (its ns) when given; check it and --out before anything runs, run
     it into a `RowStore` (config {"recipe", "quick", "plan"}), write DIR/summary.json
     ({"cells": summarize(...)}) and print the table.
 
@@ -403,7 +403,9 @@ def run_recipe(args, recipe: str, plan: Plan) -> int:
     from fasttts.bench.store import RowStore, check_out_dir
 
     plan = replace(plan, seed=getattr(args, "seed", plan.seed),
-                   max_tokens=getattr(args, "max_tokens", None) or plan.max_tokens)
+                   max_tokens=getattr(args, "max_tokens", None) or plan.max_tokens,
+                   limit=getattr(args, "problems", None) or plan.limit,
+                   ns=tuple(getattr(args, "ns", None) or plan.ns))
     plan.check()
     out = check_out_dir(args.out)
     with RowStore(out, {"recipe": recipe, "quick": bool(args.quick),

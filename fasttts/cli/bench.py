@@ -47,15 +47,23 @@ def add_parser(sub, parents: list) -> None:
                         "vllm-cpu (default: the recipe's first backend, see --list; sim for "
                         f"`{ALL}`)")
     p.add_argument("--rates", metavar="LOW,HIGH", default=None,
-                   help="arrival rates in requests/s (default: 0.5x and 1.5x the measured "
-                        "capacity of self-consistency at N = 8)")
-    p.add_argument("--sart-t", type=int, default=400, metavar="T",
-                   help="SART's T, decode steps between checks (default: %(default)s)")
+                   help="SART recipes: arrival rates in requests/s (default: 0.5x and 1.5x the "
+                        "measured capacity of self-consistency at N = 8)")
+    p.add_argument("--sart-t", type=int, default=None, metavar="T",
+                   help="SART recipes: T, decode steps between checks (default: 400)")
     p.add_argument("--max-tokens", type=int, default=None,
-                   help="token budget of a path (default: the recipe's own: SART 30268 sim, 512 vllm; "
-                        "the FastTTS figures 2048)")
-    p.add_argument("--seed", type=int, default=0, help="the seed of arrivals and of the searches' sampling (default: %(default)s)")
-    p.add_argument("--port", type=int, default=8766, help="loopback port with --backend vllm")
+                   help="token budget of a path (default: the recipe's own: SART 30268 sim, "
+                        "512 vllm; the FastTTS figures 2048)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="the seed of arrivals and of the searches' sampling (default: 0)")
+    p.add_argument("--problems", type=int, default=None, metavar="K",
+                   help="comparison recipes (fig11-fig17, real-ablation): the first K problems "
+                        "of each dataset instead of the recipe's number (a smaller run)")
+    p.add_argument("--n", dest="ns", default=None, metavar="N[,N...]",
+                   help="comparison recipes: the search budgets n instead of the recipe's, "
+                        "e.g. 8 or 8,16")
+    p.add_argument("--port", type=int, default=None,
+                   help="sart-latency --backend vllm: the loopback port (default: 8766)")
     p.set_defaults(func=_cmd_bench)
 
 
@@ -77,7 +85,8 @@ def _check(args: argparse.Namespace) -> None:
 
     Raises:
         ValueError: an unknown recipe, DIR without `report`, --out missing or not writable,
-            a recipe that does not run on --backend, --sart-t or --max-tokens < 1.
+            a recipe that does not run on --backend, an option it does not take or a bad
+            value of one (`_check_options`).
     """
     from fasttts.bench import RECIPES
     from fasttts.bench.store import check_out_dir
@@ -97,12 +106,54 @@ def _check(args: argparse.Namespace) -> None:
                          f"--backend {args.backend}")
     if args.out is None:
         raise ValueError("--out is required: the folder the benchmark writes to")
-    if args.sart_t < 1 or (args.max_tokens is not None and args.max_tokens < 1):
-        raise ValueError("--sart-t and --max-tokens must be >= 1")
+    _check_options(args, [RECIPES[args.recipe]] if args.recipe != ALL else
+                   [r for r in RECIPES.values() if args.backend in r.backends])
     from fasttts.bench.sart_latency import parse_rates
 
     parse_rates(args.rates)  # raises before --out is touched
     check_out_dir(args.out)
+
+
+def _parse_ns(text: str) -> tuple[int, ...]:
+    """--n "8,16" as (8, 16). Raises ValueError: not integers >= 1 separated by commas."""
+    try:
+        ns = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        ns = ()
+    if not ns or min(ns) < 1:
+        raise ValueError(f"--n takes integers >= 1 separated by commas (e.g. 8 or 8,16), got "
+                         f"{text!r}")
+    return ns
+
+
+def _check_options(args: argparse.Namespace, recipes: list) -> None:
+    """Refuse a shared option none of `recipes` reads (`Recipe.options`), check the values
+    of those given, then fill in the defaults of those not given (`SHARED_OPTIONS`).
+
+    Raises:
+        ValueError: an option the recipe does not take (naming the ones it does), --sart-t,
+            --max-tokens or --problems < 1, a bad --n.
+    """
+    from fasttts.bench import SHARED_OPTIONS, VLLM_ONLY_OPTIONS
+
+    read = {o for r in recipes for o in r.options
+            if args.backend == "vllm" or o not in VLLM_ONLY_OPTIONS}
+    given = [dest for dest in SHARED_OPTIONS if getattr(args, dest) is not None]
+    refused = [SHARED_OPTIONS[d][0] for d in given if d not in read]
+    if refused:
+        takes = ", ".join(SHARED_OPTIONS[d][0] for d in SHARED_OPTIONS if d in read)
+        what = f"{recipes[0].name if args.recipe != ALL else ALL} --backend {args.backend}"
+        raise ValueError(f"{what} does not take {', '.join(refused)}: "
+                         + (f"it takes {takes}" if takes else "it takes no option beyond --out, "
+                            "--quick and --backend"))
+    for dest in ("sart_t", "max_tokens", "problems"):
+        if getattr(args, dest) is not None and getattr(args, dest) < 1:
+            raise ValueError(f"{SHARED_OPTIONS[dest][0]} must be >= 1, got {getattr(args, dest)}")
+    if args.ns is not None:
+        args.ns = _parse_ns(args.ns)
+    for dest, (_, default) in SHARED_OPTIONS.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -134,15 +185,17 @@ def _run(recipe, args: argparse.Namespace, out: str, recipe_command: str | None 
     return code
 
 
-def _recipe_argv(argv: list[str], name: str, out: str) -> list[str]:
-    """`argv` of `fasttts bench all ...` as the command that runs recipe `name` into `out`."""
+def _recipe_argv(argv: list[str], name: str, out: str, drop: tuple[str, ...] = ()) -> list[str]:
+    """`argv` of `fasttts bench all ...` as the command that runs recipe `name` into `out`,
+    without the flags in `drop` (those the recipe does not take) and their values."""
     out_argv, skip = [], False
     for i, arg in enumerate(argv):
+        flag = arg.split("=", 1)[0]
         if skip:
             skip = False
-        elif arg == "--out":
-            skip = True
-        elif not arg.startswith("--out="):
+        elif flag in ("--out", *drop):
+            skip = "=" not in arg
+        else:
             out_argv.append(name if arg == ALL and i and argv[i - 1] == "bench" else arg)
     return [*out_argv, "--out", out]
 
@@ -153,14 +206,17 @@ def _all(args: argparse.Namespace) -> int:
     recipes' and the report's (0: all ran and were reported)."""
     from pathlib import Path
 
-    from fasttts.bench import RECIPES
+    from fasttts.bench import RECIPES, SHARED_OPTIONS, VLLM_ONLY_OPTIONS
 
     recipes = [r for r in RECIPES.values() if args.backend in r.backends]
     codes = []
     for recipe in recipes:
         out = str(Path(args.out) / recipe.name)
         argv = getattr(args, "argv", None) or sys.argv[1:]
-        command = shlex.join(["fasttts", *_recipe_argv(argv, recipe.name, out)])
+        drop = tuple(flag for dest, (flag, _) in SHARED_OPTIONS.items()
+                     if dest not in recipe.options or (dest in VLLM_ONLY_OPTIONS
+                                                       and args.backend != "vllm"))
+        command = shlex.join(["fasttts", *_recipe_argv(argv, recipe.name, out, drop)])
         try:
             codes.append(_run(recipe, args, out, command))
         except ValueError as e:  # bad input for this recipe (its folder in use, ...)
