@@ -55,13 +55,22 @@ def report(config: dict, rows: list[dict], figdir: Path) -> Section:
 
 
 def _loss(cells: list[dict], cell: dict) -> str:
-    """A cell where FastTTS is slower than the baseline, with both verifier times."""
+    """A cell where FastTTS is slower than the baseline, with both verifier and generator
+    times, and for best-of-N the cause of each time that grew (docs/benchmarks.md)."""
     base = next(c for c in cells if (c["setting"], c["n"], c["config"]) ==
                 (cell["setting"], cell["n"], "baseline"))
+    causes = []
+    if cell["setting"] == "best_of_n" and cell["verifier_s"] > base["verifier_s"]:
+        causes.append("best-of-N scores each path once, so incremental verification has no "
+                      "cached prefix to reuse and pays a PRM request per step")
+    if cell["setting"] == "best_of_n" and cell["generator_s"] > 1.01 * base["generator_s"]:
+        causes.append("the memory planner caps the decode batch below n")
+    why = (f": {'; '.join(causes)} (docs/benchmarks.md, 'Why FastTTS loses on best-of-N at "
+           f"n = 128')" if causes else ": not explained yet")
     return (f"FastTTS is slower than the baseline for {cell['setting']} at n = {cell['n']} "
             f"(goodput x{cell['x_goodput']:.2f}; verifier {base['verifier_s']:.1f} -> "
             f"{cell['verifier_s']:.1f} s, generator {base['generator_s']:.1f} -> "
-            f"{cell['generator_s']:.1f} s): not explained yet")
+            f"{cell['generator_s']:.1f} s){why}")
 
 
 def _shortfall(notes: list[str]) -> str:
