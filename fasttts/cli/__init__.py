@@ -13,8 +13,8 @@ beam_width, empty problem, prompt too long) is reported as one `error:` line and
 before any engine is started where possible, and without writing partial results.
 
 One module a job: `parser` (the parser and `main`), `run_options` (the flags that make a
-`RunConfig`), one module per command (`solve`, `evaluate`, `serve`, `plan`, `models`;
-`fasttts.prm_train.command` for `prm`), `sizes` (`parse_size` and bounded numbers) and
+`RunConfig`), one module per command (`solve`, `evaluate`, `serve`, `plan`, `models`,
+`prm_train` for `prm`, `bench`), `sizes` (`parse_size` and bounded numbers) and
 `tables` (rich tables).
 """
 

@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 from fasttts.cli import bench, evaluate, models, plan, serve, solve
-from fasttts.prm_train import command as prm_command
+from fasttts.cli import prm_train as prm_command
 
 __all__ = ["build_parser", "main"]
 

@@ -1,4 +1,5 @@
-"""`fasttts prm train`: the command line of the PRM bootstrap (`fasttts.prm_train.train`)."""
+"""`fasttts prm train`: the command line of the PRM bootstrap (`fasttts.prm_train.train`);
+in the command-line layer, so `fasttts.prm_train` never imports back up into `fasttts.cli`."""
 
 from __future__ import annotations
 
