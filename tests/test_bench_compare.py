@@ -224,3 +224,17 @@ def test_a_comparison_recipe_names_its_devices_for_run_json():
 
     _, text = _platform(RECIPES["fig15"], argparse.Namespace(quick=True, backend="sim"))
     assert "simulated rtx3070ti" in text and "simulated rtx4070ti" in text
+
+
+def test_real_ablation_counts_same_tokens_per_problem_and_n():
+    from fasttts.bench.real_ablation import same_tokens
+
+    def row(i, config, sha, n=8):
+        return {"id": i, "n": n, "config": config, "completions_sha": sha}
+
+    rows = [row("a", "iv", "x"), row("a", f"{FASTTTS}:0", "x"), row("a", "baseline", "y"),
+            row("b", "iv", "z"), row("b", f"{FASTTTS}:0", "w"), row("b", "baseline", "w"),
+            row("a", "iv", "q", n=16), row("a", f"{FASTTTS}:0", "q", n=16),
+            row("c", f"{FASTTTS}:0", "v")]  # c: no iv row, left out
+    assert same_tokens(rows, f"{FASTTTS}:0", "iv") == (2, 3)
+    assert same_tokens(rows, f"{FASTTTS}:0", "baseline") == (1, 2)

@@ -44,6 +44,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from itertools import product
 
+from fasttts.bench.common import md_table
 from fasttts.config import RuntimeConfig
 
 __all__ = ["FASTTTS", "PARTS", "Plan", "Setting", "cells_of", "interleaved", "median_ratio",
@@ -374,20 +375,16 @@ def table(cells: Sequence[dict]) -> str:
     """The cells of `summarize` as one markdown table; seconds on the runs' clock
     ("simulated" or "wall", said in the header)."""
     clock = cells[0]["clock"] if cells else "wall"
-    head = ("| setting | n | config | problems | goodput tok/s | x goodput | fraction of limit "
-            f"| latency s ({clock}) | x latency | generator s | verifier s | x verifier | "
-            "verifier share | top-1 (majority) | pass@n | same tokens as base | near-tie "
-            "selections |")
-    lines = [head, "|---" * 17 + "|"]
-    for c in cells:
-        lines.append(
-            f"| {c['setting']} | {c['n']} | {c['config']} | {c['problems']} | "
-            f"{_f(c['goodput'], 1)} | {_f(c['x_goodput'])} | {_f(c['limit_fraction'])} | "
-            f"{_f(c['latency_s'], 1)} | {_f(c['x_latency'])} | {_f(c['generator_s'], 1)} | "
-            f"{_f(c['verifier_s'], 1)} | {_f(c['x_verifier'])} | {_f(c['verifier_share'])} | "
-            f"{_f(c['top1_majority'])} | {_f(c['pass_at_n'])} | {c['same_as_baseline']} | "
-            f"{c['near_tie']} |")
-    return "\n".join(lines)
+    head = ("setting", "n", "config", "problems", "goodput tok/s", "x goodput",
+            "fraction of limit", f"latency s ({clock})", "x latency", "generator s",
+            "verifier s", "x verifier", "verifier share", "top-1 (majority)", "pass@n",
+            "same tokens as base", "near-tie selections")
+    return md_table(head, ((
+        c["setting"], c["n"], c["config"], c["problems"], _f(c["goodput"], 1),
+        _f(c["x_goodput"]), _f(c["limit_fraction"]), _f(c["latency_s"], 1), _f(c["x_latency"]),
+        _f(c["generator_s"], 1), _f(c["verifier_s"], 1), _f(c["x_verifier"]),
+        _f(c["verifier_share"]), _f(c["top1_majority"]), _f(c["pass_at_n"]),
+        c["same_as_baseline"], c["near_tie"]) for c in cells))
 
 
 def run_recipe(args, recipe: str, plan: Plan) -> int:

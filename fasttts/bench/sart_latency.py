@@ -28,6 +28,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from fasttts.bench.common import md_table
 from fasttts.bench.store import RowStore
 from fasttts.eval.datasets import Problem
 
@@ -179,23 +180,19 @@ def _progress(desc: str, total: int):
 
 def table(rows: list[dict], clock: str) -> str:
     """The rows as a markdown table, under a line saying whose seconds they are (`clock`:
-    "simulated" or "wall")."""
-    head = ("| method | N | rate req/s | P50 s | P90 s | P97 s | P99 s | queue s | "
-            "inference s | accuracy | tokens/request | failed | KV blocks after |")
-    lines = [f"Seconds: {'simulated (virtual clock)' if clock == 'simulated' else clock}.", "",
-             head, "|---" * 13 + "|"]  # the capacity run first (rate "saturation")
-
+    "simulated" or "wall"); the capacity run first (rate "saturation")."""
     def f(x, digits=1):
         return "-" if x is None else f"{x:.{digits}f}"
 
-    for r in rows:
-        lines.append(f"| {r.get('label', r['method'])} | {r['n']} | "
-                     f"{r['rate'] if isinstance(r['rate'], str) else f(r['rate'], 4)} | "
-                     + " | ".join(f(r[k]) for k in ("p50_s", "p90_s", "p97_s", "p99_s",
-                                                    "queue_s", "inference_s"))
-                     + f" | {f(r['accuracy'], 3)} | {f(r['tokens_per_request'], 0)} | "
-                     f"{r['failed']} | {r.get('kv_blocks_after', '-')} |")
-    return "\n".join(lines)
+    head = ("method", "N", "rate req/s", "P50 s", "P90 s", "P97 s", "P99 s", "queue s",
+            "inference s", "accuracy", "tokens/request", "failed", "KV blocks after")
+    body = md_table(head, ((
+        r.get("label", r["method"]), r["n"],
+        r["rate"] if isinstance(r["rate"], str) else f(r["rate"], 4),
+        *(f(r[k]) for k in ("p50_s", "p90_s", "p97_s", "p99_s", "queue_s", "inference_s")),
+        f(r["accuracy"], 3), f(r["tokens_per_request"], 0), r["failed"],
+        r.get("kv_blocks_after", "-")) for r in rows))
+    return f"Seconds: {'simulated (virtual clock)' if clock == 'simulated' else clock}.\n\n{body}"
 
 
 def _max_tokens(args) -> int:
