@@ -74,6 +74,11 @@ class Recipe:
     run_configs: Callable[..., list] | None = None
     options: tuple[str, ...] = ()
 
+    def takes(self, backend: str) -> tuple[str, ...]:
+        """The shared options (dests of `SHARED_OPTIONS`) it reads on `backend` ("sim" or
+        "vllm"): its `options` without those read on vllm only (`VLLM_ONLY_OPTIONS`)."""
+        return tuple(o for o in self.options if backend == "vllm" or o not in VLLM_ONLY_OPTIONS)
+
 
 #: The options of `fasttts bench` a recipe may read (argparse dest -> (flag, default when
 #: not given)); `Recipe.options` says which ones each recipe reads. --port is read on
@@ -156,7 +161,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("sart-ablation", "early stopping alone, pruning alone, both, vs self-consistency, "
            "N = 8 (SART section 5.3, Fig. 6)",
            ("sim",), "sim 5.5 min (shared)", "sim 55 min", _sart_ablation, _sart_ablation_report,
-           _sart_configs, tuple(o for o in SART_OPTIONS if o != "port")),
+           _sart_configs, SART_OPTIONS),
     _comparison("fig11", "fig11", "goodput per search method, baseline vs FastTTS, 1.5B+7B "
                 "(FastTTS section 6.2, Fig. 11)", ("sim",), "sim 25 s", "sim 2.5 min"),
     _comparison("fig12", "fig12", "goodput AND latency vs n, baseline vs FastTTS, 1.5B+1.5B, "

@@ -26,7 +26,7 @@ ALL, REPORT = "all", "report"
 
 def add_parser(sub, parents: list) -> None:
     """Add `bench` to the CLI's subcommands (`sub`, from `add_subparsers`)."""
-    from fasttts.bench import RECIPES
+    from fasttts.bench import RECIPES, SHARED_OPTIONS
 
     assert not {ALL, REPORT} & set(RECIPES), "a recipe may not be named all or report"
     p = sub.add_parser("bench", parents=parents,
@@ -50,12 +50,14 @@ def add_parser(sub, parents: list) -> None:
                    help="SART recipes: arrival rates in requests/s (default: 0.5x and 1.5x the "
                         "measured capacity of self-consistency at N = 8)")
     p.add_argument("--sart-t", type=int, default=None, metavar="T",
-                   help="SART recipes: T, decode steps between checks (default: 400)")
+                   help=f"SART recipes: T, decode steps between checks (default: "
+                        f"{SHARED_OPTIONS['sart_t'][1]})")
     p.add_argument("--max-tokens", type=int, default=None,
                    help="token budget of a path (default: the recipe's own: SART 30268 sim, "
                         "512 vllm; the FastTTS figures 2048)")
     p.add_argument("--seed", type=int, default=None,
-                   help="the seed of arrivals and of the searches' sampling (default: 0)")
+                   help=f"the seed of arrivals and of the searches' sampling (default: "
+                        f"{SHARED_OPTIONS['seed'][1]})")
     p.add_argument("--problems", type=int, default=None, metavar="K",
                    help="comparison recipes (fig11-fig17, real-ablation): the first K problems "
                         "of each dataset instead of the recipe's number (a smaller run)")
@@ -63,7 +65,8 @@ def add_parser(sub, parents: list) -> None:
                    help="comparison recipes: the search budgets n instead of the recipe's, "
                         "e.g. 8 or 8,16")
     p.add_argument("--port", type=int, default=None,
-                   help="sart-latency --backend vllm: the loopback port (default: 8766)")
+                   help=f"sart-latency --backend vllm: the loopback port (default: "
+                        f"{SHARED_OPTIONS['port'][1]})")
     p.set_defaults(func=_cmd_bench)
 
 
@@ -134,10 +137,9 @@ def _check_options(args: argparse.Namespace, recipes: list) -> None:
         ValueError: an option the recipe does not take (naming the ones it does), --sart-t,
             --max-tokens or --problems < 1, a bad --n.
     """
-    from fasttts.bench import SHARED_OPTIONS, VLLM_ONLY_OPTIONS
+    from fasttts.bench import SHARED_OPTIONS
 
-    read = {o for r in recipes for o in r.options
-            if args.backend == "vllm" or o not in VLLM_ONLY_OPTIONS}
+    read = {o for r in recipes for o in r.takes(args.backend)}
     given = [dest for dest in SHARED_OPTIONS if getattr(args, dest) is not None]
     refused = [SHARED_OPTIONS[d][0] for d in given if d not in read]
     if refused:
@@ -206,7 +208,7 @@ def _all(args: argparse.Namespace) -> int:
     recipes' and the report's (0: all ran and were reported)."""
     from pathlib import Path
 
-    from fasttts.bench import RECIPES, SHARED_OPTIONS, VLLM_ONLY_OPTIONS
+    from fasttts.bench import RECIPES, SHARED_OPTIONS
 
     recipes = [r for r in RECIPES.values() if args.backend in r.backends]
     codes = []
@@ -214,8 +216,7 @@ def _all(args: argparse.Namespace) -> int:
         out = str(Path(args.out) / recipe.name)
         argv = getattr(args, "argv", None) or sys.argv[1:]
         drop = tuple(flag for dest, (flag, _) in SHARED_OPTIONS.items()
-                     if dest not in recipe.options or (dest in VLLM_ONLY_OPTIONS
-                                                       and args.backend != "vllm"))
+                     if dest not in recipe.takes(args.backend))
         command = shlex.join(["fasttts", *_recipe_argv(argv, recipe.name, out, drop)])
         try:
             codes.append(_run(recipe, args, out, command))
