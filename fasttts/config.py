@@ -66,19 +66,21 @@ _SEARCH_CHECKS: list[Callable[[SearchConfig], None]] = []
 #: The runtime defaults of a search method (`RuntimeConfig` fields the user did not set),
 #: registered by `fasttts.search` as `add_runtime_defaults` is: each maps a SearchConfig to
 #: {field: value}; `RunConfig` applies them when it is built.
-_RUNTIME_DEFAULTS: list[Callable[[SearchConfig], dict[str, Any]]] = []
+_RUNTIME_DEFAULTS: list[Callable[[SearchConfig, bool], dict[str, Any]]] = []
 
 
-def add_runtime_defaults(defaults: Callable[[SearchConfig], dict[str, Any]]) -> None:
-    """Fill the `RuntimeConfig` fields a run leaves unset from `defaults(search)` (once,
-    however often it is added), when a `RunConfig` is built."""
+def add_runtime_defaults(defaults: Callable[[SearchConfig, bool], dict[str, Any]]) -> None:
+    """Fill the `RuntimeConfig` fields a run leaves unset from `defaults(search, bundle)`
+    (`bundle`: `RuntimeConfig.fasttts_bundle`) (once, however often it
+    is added), when a `RunConfig` is built."""
     if defaults not in _RUNTIME_DEFAULTS:
         _RUNTIME_DEFAULTS.append(defaults)
 
 
 #: The rules between a run's runtime and its search method (`RuntimeConfig` options a method
 #: cannot use), registered by `fasttts.search` as `add_run_check` is; `RunConfig` runs them
-#: when it is built, after the method's runtime defaults.
+#: when it is built, on the runtime as given (before the method's runtime defaults, so a
+#: check sees what the user asked for).
 _RUN_CHECKS: list[Callable[[RunConfig], None]] = []
 
 
@@ -316,6 +318,12 @@ class RuntimeConfig(_Strict):
     round-robin submission order and no speculation.
 
     Attributes:
+        fasttts_bundle: the FastTTS bundle (`fasttts()`, the command line's --fasttts): each technique of
+            `FASTTTS` not given explicitly is on, and a run (`RunConfig`) leaves off those
+            its search method has no use for (`fasttts.search.runtime_defaults`: Speculative
+            Beam Extension and LookAhead Verification for methods of one generation round or
+            branch-level ones, incremental verification for methods that score each path
+            once, such as best-of-N).
         spec_beam_extension: Speculative Beam Extension, two-phase preemptible scheduling
             (section 4.1, `fasttts.runtime.spec_beam_extension`).
         lookahead_verification: LookAhead Verification (section 4.1.3); needs
@@ -357,6 +365,7 @@ class RuntimeConfig(_Strict):
         "spec_beam_extension", "lookahead_verification", "prefix_aware_scheduling",
         "memory_planner", "incremental_verification")
 
+    fasttts_bundle: bool = False
     spec_beam_extension: bool = False
     lookahead_verification: bool = False
     prefix_aware_scheduling: bool = False
@@ -379,6 +388,10 @@ class RuntimeConfig(_Strict):
 
     @model_validator(mode="after")
     def _lookahead_needs_sbe(self) -> RuntimeConfig:
+        if self.fasttts_bundle:  # the bundle: what is not given explicitly is on
+            for name in self.FASTTTS:
+                if name not in self.model_fields_set:
+                    object.__setattr__(self, name, True)
         if self.lookahead_verification and not self.spec_beam_extension:
             raise ValueError("lookahead_verification needs spec_beam_extension (it verifies the "
                              "speculative steps); turn both on, e.g. with --fasttts")
@@ -393,16 +406,17 @@ class RuntimeConfig(_Strict):
 
     @classmethod
     def fasttts(cls, **overrides) -> RuntimeConfig:
-        """The techniques of `FASTTTS` turned on (what the command line's --fasttts means):
-        Speculative Beam Extension, LookAhead Verification, prefix-aware scheduling, the
-        memory planner (which needs model specs for both models) and incremental
-        verification; `overrides` set any field.
+        """The FastTTS bundle (what the command line's --fasttts means): the techniques of
+        `FASTTTS` on (Speculative Beam Extension, LookAhead Verification, prefix-aware
+        scheduling, the memory planner, which needs model specs for both models, and
+        incremental verification) but those a run's search method has no use for (the
+        `fasttts_bundle` attribute); `overrides` set any field explicitly.
 
         Raises:
             pydantic.ValidationError: an override breaks a rule (e.g. offload without the
                 planner).
         """
-        return cls(**{**dict.fromkeys(cls.FASTTTS, True), **overrides})
+        return cls(fasttts_bundle=True, **overrides)
 
 
 class RunConfig(_Strict):
@@ -426,16 +440,17 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _method_runtime_defaults(self) -> RunConfig:
-        """The runtime fields left unset take the search method's defaults
-        (`add_runtime_defaults`), so `runtime` holds no None once a run is built."""
+        """The run checks (`add_run_check`) on the runtime as given; then the runtime fields
+        left unset take the search method's defaults (`add_runtime_defaults`), so `runtime`
+        holds no None once a run is built."""
+        for check in _RUN_CHECKS:
+            check(self)
         unset: dict[str, Any] = {}
         for defaults in _RUNTIME_DEFAULTS:
-            unset |= {k: v for k, v in defaults(self.search).items()
+            unset |= {k: v for k, v in defaults(self.search, self.runtime.fasttts_bundle).items()
                       if k not in self.runtime.model_fields_set}
         if unset:
             object.__setattr__(self, "runtime", self.runtime.model_copy(update=unset))
-        for check in _RUN_CHECKS:
-            check(self)
         return self
 
     @model_validator(mode="after")

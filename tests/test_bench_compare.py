@@ -16,6 +16,7 @@ from fasttts.bench import compare
 from fasttts.bench.compare import (FASTTTS, Plan, Setting, interleaved, median_ratio, row_key,
                                    runtime_of, summarize)
 from fasttts.bench.store import RowStore
+from fasttts.config import RuntimeConfig
 from fasttts.cli import main as cli
 
 
@@ -26,6 +27,10 @@ def test_configuration_names_map_to_runtime_configs():
     assert (rt.spec_beam_extension, rt.lookahead_verification, rt.prefix_aware_scheduling,
             rt.memory_planner, rt.spec_truncation_ratio) == (True, True, True, False, 0.5)
     assert not runtime_of("baseline").spec_beam_extension
+    # the FastTTS name is --fasttts: the bundle, which leaves off what a method cannot use
+    assert runtime_of(FASTTTS) == RuntimeConfig.fasttts()
+    assert runtime_of(f"{FASTTTS}:0") == RuntimeConfig.fasttts(spec_truncation_ratio=0)
+    assert not runtime_of("sbe+la+p+m").fasttts_bundle
 
 
 @pytest.mark.parametrize("name, message", [

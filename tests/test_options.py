@@ -157,6 +157,39 @@ def test_fasttts_turns_on_its_five_techniques():
     assert "--memory-planner" in _actions("eval")["fasttts"].help
 
 
+@pytest.mark.parametrize("method, sbe, iv", [
+    ("beam_search", True, True), ("dvts", True, True), ("sart", False, True),
+    ("best_of_n", False, False), ("best_of_n_orm", False, False),
+    ("self_consistency", False, False)])
+def test_fasttts_turns_on_what_the_method_uses(method, sbe, iv):
+    # best-of-N scores each path once (nothing for incremental verification to reuse) and,
+    # like SART, has no next step to speculate into; planner and scheduling stay on
+    runtime = _run_config(_args("--fasttts", "--method", method)).runtime
+    assert (runtime.spec_beam_extension, runtime.lookahead_verification, runtime.exact,
+            runtime.incremental_verification) == (sbe, sbe, sbe, iv)
+    assert runtime.memory_planner and runtime.prefix_aware_scheduling and runtime.fasttts_bundle
+
+
+def test_a_technique_given_explicitly_overrides_the_bundle():
+    runtime = _run_config(_args("--fasttts", "--incremental-verification",
+                                "--method", "best_of_n")).runtime
+    assert runtime.incremental_verification and not runtime.spec_beam_extension
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--spec-beam-extension", "--method", "best_of_n"], "--spec-beam-extension"),
+    (["--fasttts", "--spec-beam-extension", "--method", "sart"], "--spec-beam-extension"),
+    (["--spec-beam-extension", "--lookahead-verification", "--method", "self_consistency"],
+     "--spec-beam-extension")])
+def test_speculation_given_for_a_method_without_it_is_refused(argv, flag):
+    with pytest.raises(ValidationError) as e:
+        _run_config(_args(*argv))
+    method = argv[argv.index("--method") + 1]
+    assert (f"{flag} applies to speculative beam extension, which method {method} does not "
+            f"run") in str(e.value)
+    assert "methods with it: beam_search, dvts, dynamic_branching, vg_search" in str(e.value)
+
+
 def test_tts_fields_come_from_search_config():
     fields = TTSOptions.model_fields
     assert list(fields)[:5] == ["method", "n", "beam_width", "num_iterations", "agg_strategy"]

@@ -7,7 +7,8 @@ backend in one process, and reports each against the first (the baseline):
   techniques joined by `+` (`PARTS`: `sbe` Speculative Beam Extension, `la` LookAhead
   Verification, `p` prefix-aware scheduling, `m` memory planner, `o` its offload option, `iv`
   incremental verification), with an optional `:R` suffix, the truncation ratio
-  (`sbe+la:0.5`); `FASTTTS` names what --fasttts turns on (`RuntimeConfig.FASTTTS`);
+  (`sbe+la:0.5`); `FASTTTS` names what --fasttts turns on (`RuntimeConfig.fasttts`: the
+  techniques of `RuntimeConfig.FASTTTS` the search method uses);
 - a `Setting` is one (model pair, hardware, method, memory) the configurations are compared
   on; a `Plan` is the settings x n x configurations x problems of one recipe;
 - for each n (ascending), setting and problem, the configurations run back to back in an
@@ -61,7 +62,8 @@ FASTTTS = "+".join(k for k, v in PARTS.items() if v in RuntimeConfig.FASTTTS)
 
 def runtime_of(name: str) -> RuntimeConfig:
     """The `RuntimeConfig` of a configuration name (module docstring): `baseline`, or
-    techniques of `PARTS` joined by `+`, optionally with `:R` (0 <= R <= 1).
+    techniques of `PARTS` joined by `+`, optionally with `:R` (0 <= R <= 1); `FASTTTS` is
+    the FastTTS bundle (`RuntimeConfig.fasttts`), as --fasttts.
 
     Raises:
         ValueError: an unknown technique, a ratio that is not a number in [0, 1], or a
@@ -82,6 +84,8 @@ def runtime_of(name: str) -> RuntimeConfig:
             raise ValueError(f"configuration {name!r}: R after ':' must be a number within "
                              f"[0, 1], got {ratio!r}") from None
     try:
+        if base == FASTTTS:  # what --fasttts runs: the techniques the method uses
+            return RuntimeConfig.fasttts(**extra)
         return RuntimeConfig(**{PARTS[x]: True for x in parts}, **extra)
     except ValueError as e:  # pydantic's ValidationError is a ValueError
         msg = e.errors()[0]["msg"].removeprefix("Value error, ") if hasattr(e, "errors") \

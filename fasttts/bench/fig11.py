@@ -78,4 +78,5 @@ def _shortfall(notes: list[str]) -> str:
     return ("".join(f"{x[0].upper()}{x[1:]}. " for x in notes)
             + "Simulated, not measured on a GPU; a few AIME problems per cell. Methods with "
             "one generation round (best_of_n) leave Speculative Beam Extension nothing to "
-            "speculate on.")
+            "speculate on, and score each path once: --fasttts runs them with neither "
+            "speculation nor incremental verification (`SearchStrategy.rescores_paths`).")

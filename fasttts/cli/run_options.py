@@ -78,7 +78,7 @@ def _technique_flags() -> list[str]:
     from fasttts.config import RuntimeConfig
 
     return [name for name, f in RuntimeConfig.model_fields.items()
-            if f.annotation in (bool, bool | None)]
+            if f.annotation in (bool, bool | None) and name != "fasttts_bundle"]
 
 
 def _add_technique_options(p: argparse.ArgumentParser) -> None:
@@ -89,8 +89,10 @@ def _add_technique_options(p: argparse.ArgumentParser) -> None:
 
     f = p.add_argument_group("FastTTS techniques (default: all off, the search-and-learn baseline)")
     f.add_argument("--fasttts", action="store_true",
-                   help=f"turn on the FastTTS techniques: "
-                        f"{', '.join(map(flag_name, RuntimeConfig.FASTTTS))}")
+                   help=f"turn on the FastTTS techniques the search method uses: "
+                        f"{', '.join(map(flag_name, RuntimeConfig.FASTTTS))} (best-of-N "
+                        f"and SART run no speculation; best-of-N scores each path once, "
+                        f"without incremental verification)")
     f.add_argument("--baseline", action="store_true",
                    help="turn every FastTTS technique off (the default, but for SART's "
                         "incremental verification)")

@@ -62,34 +62,54 @@ def check_search(cfg: SearchConfig) -> None:
 add_search_check(check_search)
 
 
-def runtime_defaults(cfg: SearchConfig) -> dict[str, bool]:
-    """The `RuntimeConfig` fields whose default depends on the search method:
-    incremental verification (`SearchStrategy.incremental_default`); an unknown method (its
-    config failed to build) has none."""
+def runtime_defaults(cfg: SearchConfig, bundle: bool = False) -> dict[str, bool]:
+    """The `RuntimeConfig` fields whose value depends on the search method when the run
+    does not give them: incremental verification (the method's `incremental_default`; with
+    the FastTTS bundle, `bundle` = `RuntimeConfig.fasttts_bundle`, its `rescores_paths`) and, with the bundle, Speculative
+    Beam Extension and LookAhead Verification (its `speculates`). An unknown method (its
+    config failed to build) has none.
+
+    Source: FastTTS section 4.1 (speculation needs a next step), and this project's
+    measurement that incremental verification slows a method that scores each path once
+    (docs/benchmarks.md, "Why FastTTS loses on best-of-N at n = 128").
+    """
     cls = METHODS.get(cfg.method)
-    return {} if cls is None else {"incremental_verification": cls.incremental_default}
+    if cls is None:
+        return {}
+    if not bundle:
+        return {"incremental_verification": cls.incremental_default}
+    return {"incremental_verification": cls.rescores_paths,
+            "spec_beam_extension": cls.speculates, "lookahead_verification": cls.speculates}
 
 
 add_runtime_defaults(runtime_defaults)
 
+#: The runtime options that act only through speculative beam extension.
+_SPECULATION_OPTIONS = ("spec_beam_extension", "lookahead_verification", "exact")
+
 
 def check_runtime(cfg: RunConfig) -> None:
-    """The runtime options the run's search method can use: `--exact` needs a method that
-    runs speculative beam extension (`SearchStrategy.speculates`).
+    """The runtime options the run's search method can use: --spec-beam-extension,
+    --lookahead-verification and --exact, given explicitly, need a method that runs
+    speculative beam extension (`SearchStrategy.speculates`); the FastTTS bundle
+    (--fasttts) leaves them off for the others instead (`runtime_defaults`).
 
     Raises:
-        SearchConfigError: --exact given for a method without speculative beam extension
-            (names the methods with it).
+        SearchConfigError: one of them given for a method without speculative beam
+            extension (names the methods with it).
     """
     cls = METHODS.get(cfg.search.method)
-    if cls is None or not cfg.runtime.exact or "exact" not in cfg.runtime.model_fields_set:
+    rt = cfg.runtime
+    given = [name for name in _SPECULATION_OPTIONS
+             if getattr(rt, name) and name in rt.model_fields_set]
+    if cls is None or cls.speculates or not given:
         return
-    if not cls.speculates:
-        raise SearchConfigError(
-            f"--exact applies to speculative beam extension, which method {cls.name} does not "
-            f"run (a single-pass or branch-level method has no next step to speculate "
-            f"into); methods with it: "
-            f"{', '.join(methods_that('speculates'))}; drop --exact")
+    flag = "--" + given[0].replace("_", "-")
+    raise SearchConfigError(
+        f"{flag} applies to speculative beam extension, which method "
+        f"{cls.name} does not run (a single-pass or branch-level method has no next step to "
+        f"speculate into); methods with it: {', '.join(methods_that('speculates'))}; drop "
+        f"{flag} (--fasttts leaves it off for {cls.name})")
 
 
 add_run_check(check_runtime)

@@ -95,8 +95,14 @@ class SearchStrategy(ABC):
     #: which ignore the technique.
     speculates: ClassVar[bool] = True
     #: The method's default for `RuntimeConfig.incremental_verification` when the run does
-    #: not set it (`fasttts.search.runtime_defaults`).
+    #: not set it and does not ask for the FastTTS bundle (`fasttts.search.runtime_defaults`).
     incremental_default: ClassVar[bool] = False
+    #: The PRM scores the same path prefixes again in later iterations or checks, so
+    #: incremental verification has cached steps to reuse and the FastTTS bundle
+    #: (`RuntimeConfig.fasttts`) turns it on; False for methods that score each path once
+    #: (best-of-N), where it would only split one scoring call into a request per step
+    #: (docs/benchmarks.md, "Why FastTTS loses on best-of-N at n = 128").
+    rescores_paths: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
