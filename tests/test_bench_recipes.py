@@ -375,3 +375,16 @@ def test_a_fig11_loss_names_the_cause_of_each_time_that_grew():
                           cell("best_of_n", "f", 11.0, 17.0, 0.99))
     assert "no cached prefix" in verifier_only and "caps the decode batch" not in verifier_only
     assert _loss(cells, cells[3]).endswith(": not explained yet")
+
+
+def test_the_verifiers_section_says_which_verifiers_add_nothing_over_majority():
+    from fasttts.bench.verifiers import _shortfall
+
+    config = {"samples": 8, "problems": 4}
+    rows = [{"verifier": "a (last)", "weighted": 0.5, "majority": 0.5},
+            {"verifier": "b (min)", "weighted": 0.75, "majority": 0.5}]
+    assert _shortfall(config, rows) == (
+        "Weighted best-of-8 is not above the majority vote of the same samples (0.500, no "
+        "verifier) for 1 of 2 candidates: a (last) 0.500; on 4 problems one problem moves "
+        "accuracy by 0.250.")
+    assert _shortfall(config, rows[1:]) == ""

@@ -60,7 +60,7 @@ def _loss(cells: list[dict], cell: dict) -> str:
     base = next(c for c in cells if (c["setting"], c["n"], c["config"]) ==
                 (cell["setting"], cell["n"], "baseline"))
     causes = []
-    if cell["setting"] == "best_of_n" and cell["verifier_s"] > base["verifier_s"]:
+    if cell["setting"] == "best_of_n" and cell["verifier_s"] > 1.01 * base["verifier_s"]:
         causes.append("best-of-N scores each path once, so incremental verification has no "
                       "cached prefix to reuse and pays a PRM request per step")
     if cell["setting"] == "best_of_n" and cell["generator_s"] > 1.01 * base["generator_s"]:

