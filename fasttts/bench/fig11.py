@@ -64,7 +64,8 @@ def _loss(cells: list[dict], cell: dict) -> str:
         causes.append("best-of-N scores each path once, so incremental verification has no "
                       "cached prefix to reuse and pays a PRM request per step")
     if cell["setting"] == "best_of_n" and cell["generator_s"] > 1.01 * base["generator_s"]:
-        causes.append("the memory planner caps the decode batch below n")
+        causes.append("the memory planner caps the decode batch below n on a first request "
+                      "(later requests re-plan on the measured length and match the baseline)")
     why = (f": {'; '.join(causes)} (docs/benchmarks.md, 'Why FastTTS loses on best-of-N at "
            f"n = 128')" if causes else ": not explained yet")
     return (f"FastTTS is slower than the baseline for {cell['setting']} at n = {cell['n']} "
