@@ -318,9 +318,9 @@ class RuntimeConfig(_Strict):
     round-robin submission order and no speculation.
 
     Attributes:
-        fasttts_bundle: the FastTTS bundle (`fasttts()`, the command line's --fasttts): each technique of
-            `FASTTTS` not given explicitly is on, and a run (`RunConfig`) leaves off those
-            its search method has no use for (`fasttts.search.runtime_defaults`: Speculative
+        fasttts_bundle: the FastTTS bundle (`fasttts()`, the command line's --fasttts):
+            each technique of `FASTTTS` not given explicitly is on, and a run (`RunConfig`)
+            leaves off those its search method has no use for (`fasttts.search.runtime_defaults`: Speculative
             Beam Extension and LookAhead Verification for methods of one generation round or
             branch-level ones, incremental verification for methods that score each path
             once, such as best-of-N).

@@ -65,9 +65,9 @@ add_search_check(check_search)
 def runtime_defaults(cfg: SearchConfig, bundle: bool = False) -> dict[str, bool]:
     """The `RuntimeConfig` fields whose value depends on the search method when the run
     does not give them: incremental verification (the method's `incremental_default`; with
-    the FastTTS bundle, `bundle` = `RuntimeConfig.fasttts_bundle`, its `rescores_paths`) and, with the bundle, Speculative
-    Beam Extension and LookAhead Verification (its `speculates`). An unknown method (its
-    config failed to build) has none.
+    the FastTTS bundle, `bundle` = `RuntimeConfig.fasttts_bundle`, its `rescores_paths`)
+    and, with the bundle, Speculative Beam Extension and LookAhead Verification (its
+    `speculates`). An unknown method (its config failed to build) has none.
 
     Source: FastTTS section 4.1 (speculation needs a next step), and this project's
     measurement that incremental verification slows a method that scores each path once
