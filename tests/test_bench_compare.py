@@ -243,3 +243,22 @@ def test_real_ablation_counts_same_tokens_per_problem_and_n():
             row("c", f"{FASTTTS}:0", "v")]  # c: no iv row, left out
     assert same_tokens(rows, f"{FASTTTS}:0", "iv") == (2, 3)
     assert same_tokens(rows, f"{FASTTTS}:0", "baseline") == (1, 2)
+
+
+def test_the_command_line_sizes_and_dtype_reach_the_plan(monkeypatch, tmp_path):
+    # real-ablation's plan with --problems, --n and --dtype: what `run` is given
+    from fasttts.bench import real_ablation
+
+    seen = []
+    monkeypatch.setattr(compare, "run", lambda plan, store: seen.append(plan) or [])
+    monkeypatch.setattr(compare, "summarize", lambda rows, configs: [])
+    monkeypatch.setattr(compare, "table", lambda cells: "")
+    args = types.SimpleNamespace(quick=False, out=str(tmp_path / "o"), seed=3, max_tokens=None,
+                                 problems=2, ns=(16,), dtype="bfloat16")
+    assert compare.run_recipe(args, "real-ablation", real_ablation.plan(False)) == 0
+    plan = seen[0]
+    assert (plan.dtype, plan.limit, plan.ns, plan.seed, plan.max_tokens) == (
+        "bfloat16", 2, (16,), 3, 1024)
+    args.dtype = None
+    compare.run_recipe(args, "real-ablation", real_ablation.plan(False))
+    assert seen[1].dtype == "float32"

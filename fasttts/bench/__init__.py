@@ -81,16 +81,16 @@ class Recipe:
 
 
 #: The options of `fasttts bench` a recipe may read (argparse dest -> (flag, default when
-#: not given)); `Recipe.options` says which ones each recipe reads. --port is read on
-#: --backend vllm only (`VLLM_ONLY_OPTIONS`).
+#: not given)); `Recipe.options` says which ones each recipe reads. --port and --dtype are
+#: read on --backend vllm only (`VLLM_ONLY_OPTIONS`).
 SHARED_OPTIONS: dict[str, tuple[str, object]] = {
     "rates": ("--rates", None), "sart_t": ("--sart-t", 400), "max_tokens": ("--max-tokens", None),
     "seed": ("--seed", 0), "port": ("--port", 8766), "problems": ("--problems", None),
-    "ns": ("--n", None)}
+    "ns": ("--n", None), "dtype": ("--dtype", None)}
 #: The shared options read only with --backend vllm.
-VLLM_ONLY_OPTIONS = ("port",)
+VLLM_ONLY_OPTIONS = ("port", "dtype")
 #: What a comparison recipe (`fasttts.bench.compare.run_recipe`) reads.
-COMPARISON_OPTIONS = ("seed", "max_tokens", "problems", "ns")
+COMPARISON_OPTIONS = ("seed", "max_tokens", "problems", "ns", "dtype")
 #: What a SART load recipe (`fasttts.bench.sart_latency`) reads.
 SART_OPTIONS = ("rates", "sart_t", "max_tokens", "seed", "port")
 

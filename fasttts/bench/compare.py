@@ -393,7 +393,8 @@ def table(cells: Sequence[dict]) -> str:
 
 def run_recipe(args, recipe: str, plan: Plan) -> int:
     """The `main` of a comparison recipe: `plan` with the command line's --seed,
-    --max-tokens, --problems (its limit) and --n (its ns) when given; check it and --out before anything runs, run
+    --max-tokens, --problems (its limit), --n (its ns) and --dtype when given; check it and
+    --out before anything runs, run
     it into a `RowStore` (config {"recipe", "quick", "plan"}), write DIR/summary.json
     ({"cells": summarize(...)}) and print the table.
 
@@ -406,7 +407,8 @@ def run_recipe(args, recipe: str, plan: Plan) -> int:
     plan = replace(plan, seed=getattr(args, "seed", plan.seed),
                    max_tokens=getattr(args, "max_tokens", None) or plan.max_tokens,
                    limit=getattr(args, "problems", None) or plan.limit,
-                   ns=tuple(getattr(args, "ns", None) or plan.ns))
+                   ns=tuple(getattr(args, "ns", None) or plan.ns),
+                   dtype=getattr(args, "dtype", None) or plan.dtype)
     plan.check()
     out = check_out_dir(args.out)
     with RowStore(out, {"recipe": recipe, "quick": bool(args.quick),
