@@ -262,3 +262,14 @@ def test_the_command_line_sizes_and_dtype_reach_the_plan(monkeypatch, tmp_path):
     args.dtype = None
     compare.run_recipe(args, "real-ablation", real_ablation.plan(False))
     assert seen[1].dtype == "float32"
+
+
+def test_the_recorded_engines_follow_the_command_line():
+    # run.json's platform comes from Recipe.run_configs: the plan as run_recipe runs it
+    args = types.SimpleNamespace(quick=False, seed=0, max_tokens=None, problems=1, ns=(16,),
+                                 dtype="bfloat16", backend="vllm")
+    cfgs = RECIPES["real-ablation"].run_configs(args)
+    assert [(c.generator.dtype, c.verifier.engine.dtype, c.search.n) for c in cfgs] == [
+        ("bfloat16", "bfloat16", 16)]
+    args.dtype, args.ns = None, None
+    assert RECIPES["real-ablation"].run_configs(args)[0].generator.dtype == "float32"

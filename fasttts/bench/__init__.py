@@ -147,7 +147,7 @@ def _comparison(name: str, module: str, about: str, backends: tuple[str, ...], q
         from fasttts.bench import compare
 
         plan = importlib.import_module(f"fasttts.bench.{module}").plan(args.quick)
-        return compare.run_configs(plan)
+        return compare.run_configs(compare.with_args(plan, args))  # as run_recipe runs it
 
     return Recipe(name, about, backends, quick, full, *_hooks(module), run_configs,
                   COMPARISON_OPTIONS)

@@ -50,7 +50,7 @@ from fasttts.config import RuntimeConfig
 
 __all__ = ["FASTTTS", "PARTS", "Plan", "Setting", "cells_of", "interleaved", "median_ratio",
            "read_rows", "row_key", "run", "run_configs", "run_recipe", "runtime_of", "summarize",
-           "table"]
+           "table", "with_args"]
 
 #: A configuration name's techniques: short name -> `RuntimeConfig` field.
 PARTS = {"sbe": "spec_beam_extension", "la": "lookahead_verification",
@@ -391,10 +391,19 @@ def table(cells: Sequence[dict]) -> str:
         c["same_as_baseline"], c["near_tie"]) for c in cells))
 
 
+def with_args(plan: Plan, args) -> Plan:
+    """`plan` with the command line's --seed, --max-tokens, --problems (its limit), --n (its
+    ns) and --dtype where given (`args`: the parsed `fasttts bench` arguments)."""
+    return replace(plan, seed=getattr(args, "seed", plan.seed),
+                   max_tokens=getattr(args, "max_tokens", None) or plan.max_tokens,
+                   limit=getattr(args, "problems", None) or plan.limit,
+                   ns=tuple(getattr(args, "ns", None) or plan.ns),
+                   dtype=getattr(args, "dtype", None) or plan.dtype)
+
+
 def run_recipe(args, recipe: str, plan: Plan) -> int:
-    """The `main` of a comparison recipe: `plan` with the command line's --seed,
-    --max-tokens, --problems (its limit), --n (its ns) and --dtype when given; check it and
-    --out before anything runs, run
+    """The `main` of a comparison recipe: `plan` with the command line's options
+    (`with_args`); check it and --out before anything runs, run
     it into a `RowStore` (config {"recipe", "quick", "plan"}), write DIR/summary.json
     ({"cells": summarize(...)}) and print the table.
 
@@ -404,11 +413,7 @@ def run_recipe(args, recipe: str, plan: Plan) -> int:
     """
     from fasttts.bench.store import RowStore, check_out_dir
 
-    plan = replace(plan, seed=getattr(args, "seed", plan.seed),
-                   max_tokens=getattr(args, "max_tokens", None) or plan.max_tokens,
-                   limit=getattr(args, "problems", None) or plan.limit,
-                   ns=tuple(getattr(args, "ns", None) or plan.ns),
-                   dtype=getattr(args, "dtype", None) or plan.dtype)
+    plan = with_args(plan, args)
     plan.check()
     out = check_out_dir(args.out)
     with RowStore(out, {"recipe": recipe, "quick": bool(args.quick),
