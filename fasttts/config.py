@@ -387,11 +387,17 @@ class RuntimeConfig(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _lookahead_needs_sbe(self) -> RuntimeConfig:
-        if self.fasttts_bundle:  # the bundle: what is not given explicitly is on
+    def _bundle_on(self) -> RuntimeConfig:
+        """The bundle: each technique of `FASTTTS` not given explicitly is on (runs before
+        the rules between techniques, which are declared after it)."""
+        if self.fasttts_bundle:
             for name in self.FASTTTS:
                 if name not in self.model_fields_set:
                     object.__setattr__(self, name, True)
+        return self
+
+    @model_validator(mode="after")
+    def _lookahead_needs_sbe(self) -> RuntimeConfig:
         if self.lookahead_verification and not self.spec_beam_extension:
             raise ValueError("lookahead_verification needs spec_beam_extension (it verifies the "
                              "speculative steps); turn both on, e.g. with --fasttts")
