@@ -5,6 +5,8 @@
 #   best-of-N n=8 judged by the 0.5B and by the 1.5B judge (same generator samples),
 #   beam search n=8, beam_width 4.
 # Usage: bash benchmarks/gsm8k_defaults.sh OUT_DIR [LIMIT]
+# A one-off beside `fasttts bench`: it chose the embedded default models (docs/models.md);
+# no recipe compares generators.
 set -euo pipefail
 out=${1:?usage: gsm8k_defaults.sh OUT_DIR [LIMIT]}
 limit=${2:-20}

@@ -10,6 +10,9 @@ a Content-Length, and chunked without one) and then `--headers` requests with on
 (psutil) and the slowest `/health` answer. Exit code 1 if a body or header is not refused
 with 413/401/431, the RSS grows by more than --max-growth-mib, or `/health` took more than
 --max-health-s.
+
+Kept outside `fasttts bench`: a server hardening check (requests refused before they are read),
+not a paper figure or a speed measurement; its numbers are in docs/benchmarks.md.
 """
 
 from __future__ import annotations

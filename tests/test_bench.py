@@ -221,3 +221,19 @@ def test_all_records_each_recipe_without_the_flags_it_does_not_take():
         "bench", "planner", "--quick", "--out", "D/planner"]
     assert _recipe_argv(argv, "fig12", "D/fig12", ("--port",)) == [
         "bench", "fig12", "--quick", "--seed", "3", "--out", "D/fig12"]
+
+
+def test_every_script_left_in_benchmarks_says_why_it_is_not_a_recipe():
+    # issue 36: what stays in benchmarks/ is a thin wrapper or a one-off whose header says why
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "benchmarks"
+    silent = []
+    for path in sorted(root.glob("*.py")) + sorted(root.glob("*.sh")):
+        text = path.read_text()
+        head = (ast.get_docstring(ast.parse(text)) or "") if path.suffix == ".py" else "\n".join(
+            line for line in text.splitlines() if line.startswith("#"))
+        if "fasttts bench" not in " ".join(head.split()):
+            silent.append(path.name)
+    assert silent == [], f"say why these are not `fasttts bench` recipes: {silent}"
