@@ -231,6 +231,18 @@ def test_a_comparison_recipe_names_its_devices_for_run_json():
     assert "simulated rtx3070ti" in text and "simulated rtx4070ti" in text
 
 
+@pytest.mark.parametrize("name", ["fig17", "fig18"])
+def test_the_figure_recipes_with_a_comparison_name_their_device_too(name):
+    import argparse
+
+    from fasttts.bench import RECIPES
+    from fasttts.bench.runinfo import _platform
+
+    platforms, text = _platform(RECIPES[name], argparse.Namespace(quick=True, backend="sim"))
+    assert text == "simulated rtx4090 (virtual clock), model specs priced in bfloat16"
+    assert len(platforms) == {"fig17": 1, "fig18": 4}[name]  # fig18: one per KV budget
+
+
 def test_real_ablation_counts_same_tokens_per_problem_and_n():
     from fasttts.bench.real_ablation import same_tokens
 

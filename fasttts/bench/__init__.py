@@ -139,28 +139,35 @@ def _hooks(module: str) -> tuple[Callable, Callable]:
     return _lazy(module, "main"), _lazy(module, "report")
 
 
-def _comparison(name: str, module: str, about: str, backends: tuple[str, ...], quick: str,
-                full: str) -> Recipe:
-    """A recipe of `fasttts.bench.compare` whose module has `main`, `report` and `plan`."""
+def _plan_configs(module: str, plan: str = "plan", from_args: bool = True) -> Callable:
+    """`Recipe.run_configs` of a recipe that runs the comparison `<module>.<plan>(quick)`:
+    with the command line's options (`compare.with_args`, as `compare.run_recipe` runs it)
+    where `from_args`, else as the module gives it."""
 
     def run_configs(args) -> list:
         from fasttts.bench import compare
 
-        plan = importlib.import_module(f"fasttts.bench.{module}").plan(args.quick)
-        return compare.run_configs(compare.with_args(plan, args))  # as run_recipe runs it
+        made = getattr(importlib.import_module(f"fasttts.bench.{module}"), plan)(args.quick)
+        return compare.run_configs(compare.with_args(made, args) if from_args else made)
 
-    return Recipe(name, about, backends, quick, full, *_hooks(module), run_configs,
+    return run_configs
+
+
+def _comparison(name: str, module: str, about: str, backends: tuple[str, ...], quick: str,
+                full: str) -> Recipe:
+    """A recipe of `fasttts.bench.compare` whose module has `main`, `report` and `plan`."""
+    return Recipe(name, about, backends, quick, full, *_hooks(module), _plan_configs(module),
                   COMPARISON_OPTIONS)
 
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("sart-latency", "SART vs self-consistency, best-of-N and vanilla under Poisson "
            "arrivals: P50-P99 latency, accuracy, tokens (SART section 5.2, Fig. 5)",
-           ("sim", "vllm"), "sim 9 min (shared), vllm 20 min", "sim 50 min, vllm 50 min",
+           ("sim", "vllm"), "sim 5 min (shared), vllm 20 min", "sim 50 min, vllm 50 min",
            _sart_latency, _sart_latency_report, _sart_configs, SART_OPTIONS),
     Recipe("sart-ablation", "early stopping alone, pruning alone, both, vs self-consistency, "
            "N = 8 (SART section 5.3, Fig. 6)",
-           ("sim",), "sim 5.5 min (shared)", "sim 55 min", _sart_ablation, _sart_ablation_report,
+           ("sim",), "sim 4.5 min (shared)", "sim 55 min", _sart_ablation, _sart_ablation_report,
            _sart_configs, SART_OPTIONS),
     _comparison("fig11", "fig11", "goodput per search method, baseline vs FastTTS, 1.5B+7B "
                 "(FastTTS section 6.2, Fig. 11)", ("sim",), "sim 25 s", "sim 2.5 min"),
@@ -177,10 +184,12 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                 "sim 70 s", "sim 18 min (shared)"),
     Recipe("fig17", "batch occupancy over time, baseline vs SBE, and goodput vs SBE's "
            "truncation ratio R (FastTTS section 6.5.2, Fig. 17)",
-           ("sim",), "sim 2 min", "sim 9 min", *_hooks("fig17"), options=COMPARISON_OPTIONS),
+           ("sim",), "sim 2 min", "sim 9 min", *_hooks("fig17"), _plan_configs("fig17"),
+           COMPARISON_OPTIONS),
     Recipe("fig18", "KV blocks held vs batch size by submission order, and goodput vs KV "
            "budget: baseline, P, M+P (FastTTS section 6.5.3-6.5.4, Fig. 18)",
-           ("sim",), "sim 2 min", "sim 11 min", *_hooks("fig18")),
+           ("sim",), "sim 2 min", "sim 11 min", *_hooks("fig18"),
+           _plan_configs("fig18", "budget_plan", from_args=False)),
     Recipe("planner", "the memory planner's search time per call, 1.5B + 7B PRM on the RTX "
            "4090 spec, n = 8-512 (FastTTS section 4.3.1: < 1 ms)",
            ("sim",), "sim 3 s", "sim 7 s", *_hooks("planner")),
