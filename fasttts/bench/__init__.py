@@ -163,32 +163,32 @@ def _comparison(name: str, module: str, about: str, backends: tuple[str, ...], q
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("sart-latency", "SART vs self-consistency, best-of-N and vanilla under Poisson "
            "arrivals: P50-P99 latency, accuracy, tokens (SART section 5.2, Fig. 5)",
-           ("sim", "vllm"), "sim 5 min (shared), vllm 20 min", "sim 50 min, vllm 50 min",
+           ("sim", "vllm"), "sim 5 min (shared), vllm 20 min", "sim 28 min (shared), vllm 30 min",
            _sart_latency, _sart_latency_report, _sart_configs, SART_OPTIONS),
     Recipe("sart-ablation", "early stopping alone, pruning alone, both, vs self-consistency, "
            "N = 8 (SART section 5.3, Fig. 6)",
-           ("sim",), "sim 4.5 min (shared)", "sim 55 min", _sart_ablation, _sart_ablation_report,
+           ("sim",), "sim 4.5 min (shared)", "sim 18 min (shared)", _sart_ablation, _sart_ablation_report,
            _sart_configs, SART_OPTIONS),
     _comparison("fig11", "fig11", "goodput per search method, baseline vs FastTTS, 1.5B+7B "
                 "(FastTTS section 6.2, Fig. 11)", ("sim",), "sim 25 s", "sim 2.5 min"),
     _comparison("fig12", "fig12", "goodput AND latency vs n, baseline vs FastTTS, 1.5B+1.5B, "
                 "1.5B+7B, 7B+1.5B (FastTTS section 6.2, Figs. 12 and 13; no separate fig13)",
-                ("sim",), "sim 105 s", "sim 37 min (shared)"),
+                ("sim",), "sim 85 s", "sim 14 min (shared)"),
     _comparison("fig14", "fig14", "top-1 and pass@N accuracy vs n, baseline vs FastTTS, "
                 "AIME + AMC (FastTTS section 6.3, Fig. 14)", ("sim",), "sim 24 s",
-                "sim 11 min"),
+                "sim 10 min"),
     _comparison("fig15", "fig15", "goodput on RTX 3070 Ti and 4070 Ti, baseline vs FastTTS, "
                 "1.5B+1.5B (FastTTS section 6.4, Fig. 15)", ("sim",), "sim 37 s", "sim 3.5 min"),
     _comparison("fig16", "fig16", "ablation: P, M, S (SBE+LookAhead), incremental verification, "
                 "each alone and stacked (FastTTS section 6.5.1, Fig. 16)", ("sim",),
-                "sim 70 s", "sim 18 min (shared)"),
+                "sim 55 s", "sim 15 min (shared)"),
     Recipe("fig17", "batch occupancy over time, baseline vs SBE, and goodput vs SBE's "
            "truncation ratio R (FastTTS section 6.5.2, Fig. 17)",
-           ("sim",), "sim 2 min", "sim 9 min", *_hooks("fig17"), _plan_configs("fig17"),
+           ("sim",), "sim 45 s", "sim 6.5 min", *_hooks("fig17"), _plan_configs("fig17"),
            COMPARISON_OPTIONS),
     Recipe("fig18", "KV blocks held vs batch size by submission order, and goodput vs KV "
            "budget: baseline, P, M+P (FastTTS section 6.5.3-6.5.4, Fig. 18)",
-           ("sim",), "sim 2 min", "sim 11 min", *_hooks("fig18"),
+           ("sim",), "sim 35 s", "sim 3.5 min", *_hooks("fig18"),
            _plan_configs("fig18", "budget_plan", from_args=False)),
     Recipe("planner", "the memory planner's search time per call, 1.5B + 7B PRM on the RTX "
            "4090 spec, n = 8-512 (FastTTS section 4.3.1: < 1 ms)",

@@ -76,10 +76,12 @@ def add_parser(sub, parents: list) -> None:
 def _list() -> str:
     from fasttts.bench import RECIPES
 
-    lines = [f"{'recipe':<15} {'backends':<10} {'--quick':<24} {'full':<24} about"]
+    quick = max(len("--quick"), *(len(r.quick_time) for r in RECIPES.values()))
+    full = max(len("full"), *(len(r.full_time) for r in RECIPES.values()))
+    lines = [f"{'recipe':<15} {'backends':<10} {'--quick':<{quick}} {'full':<{full}} about"]
     for r in RECIPES.values():
-        lines.append(f"{r.name:<15} {','.join(r.backends):<10} {r.quick_time:<24} "
-                     f"{r.full_time:<24} {r.about}")
+        lines.append(f"{r.name:<15} {','.join(r.backends):<10} {r.quick_time:<{quick}} "
+                     f"{r.full_time:<{full}} {r.about}")
     lines += ["", f"{ALL:<15} every recipe that runs on --backend, into --out/NAME, then the "
                   f"report", f"{REPORT + ' DIR':<15} DIR/REPORT.md and DIR/figures/ from the "
                              f"runs in DIR"]
