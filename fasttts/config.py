@@ -320,10 +320,11 @@ class RuntimeConfig(_Strict):
     Attributes:
         fasttts_bundle: the FastTTS bundle (`fasttts()`, the command line's --fasttts):
             each technique of `FASTTTS` not given explicitly is on, and a run (`RunConfig`)
-            leaves off those its search method has no use for (`fasttts.search.runtime_defaults`: Speculative
-            Beam Extension and LookAhead Verification for methods of one generation round or
-            branch-level ones, incremental verification for methods that score each path
-            once, such as best-of-N).
+            leaves off those its search method has no use for
+            (`fasttts.search.runtime_defaults`: Speculative Beam Extension and LookAhead
+            Verification for methods of one generation round or branch-level ones,
+            incremental verification for methods that score each path once, such as
+            best-of-N).
         spec_beam_extension: Speculative Beam Extension, two-phase preemptible scheduling
             (section 4.1, `fasttts.runtime.spec_beam_extension`).
         lookahead_verification: LookAhead Verification (section 4.1.3); needs

@@ -167,8 +167,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            _sart_latency, _sart_latency_report, _sart_configs, SART_OPTIONS),
     Recipe("sart-ablation", "early stopping alone, pruning alone, both, vs self-consistency, "
            "N = 8 (SART section 5.3, Fig. 6)",
-           ("sim",), "sim 4.5 min (shared)", "sim 18 min (shared)", _sart_ablation, _sart_ablation_report,
-           _sart_configs, SART_OPTIONS),
+           ("sim",), "sim 4.5 min (shared)", "sim 18 min (shared)", _sart_ablation,
+           _sart_ablation_report, _sart_configs, SART_OPTIONS),
     _comparison("fig11", "fig11", "goodput per search method, baseline vs FastTTS, 1.5B+7B "
                 "(FastTTS section 6.2, Fig. 11)", ("sim",), "sim 25 s", "sim 2.5 min"),
     _comparison("fig12", "fig12", "goodput AND latency vs n, baseline vs FastTTS, 1.5B+1.5B, "
