@@ -300,3 +300,10 @@ def test_the_recorded_engines_follow_the_command_line():
         ("bfloat16", "bfloat16", 16)]
     args.dtype, args.ns = None, None
     assert RECIPES["real-ablation"].run_configs(args)[0].generator.dtype == "float32"
+
+
+def test_the_datasets_take_turns_so_a_cut_run_holds_each_alike():
+    plan = Plan((Setting("a"),), (8,), ("baseline", FASTTTS), ("math500", "gsm8k"), limit=2)
+    got = [(ds, p.id) for ds, p in compare._problems(plan)]
+    assert [ds for ds, _ in got] == ["math500", "gsm8k", "math500", "gsm8k"]
+    assert len({i for _, i in got}) == 4  # two distinct problems of each

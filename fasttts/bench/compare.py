@@ -11,7 +11,8 @@ backend in one process, and reports each against the first (the baseline):
   techniques of `RuntimeConfig.FASTTTS` the search method uses);
 - a `Setting` is one (model pair, hardware, method, memory) the configurations are compared
   on; a `Plan` is the settings x n x configurations x problems of one recipe;
-- for each n (ascending), setting and problem, the configurations run back to back in an
+- for each n (ascending), setting and problem (the datasets taken in turn: the first problem
+  of each, then the second, ...), the configurations run back to back in an
   order rotated by the problem's index (`interleaved`), so machine-speed swings hit every configuration alike;
   on the real backend both engines' prefix caches are reset before every run
   (`fasttts.bench.compare_engines`);
@@ -219,11 +220,15 @@ def _completions_sha(result) -> str:
 
 
 def _problems(plan: Plan):
-    """[(dataset, problem)] of the plan, datasets in order."""
+    """[(dataset, problem)] of the plan, the datasets taken in turn (the first problem of
+    each, then the second of each, ...), so a run cut short holds every dataset alike."""
+    from itertools import chain, zip_longest
+
     from fasttts.eval.datasets import load_dataset
 
-    return [(ds, p) for ds in plan.datasets
-            for p in load_dataset(ds, limit=plan.limit, offset=plan.offset)]
+    per_dataset = [[(ds, p) for p in load_dataset(ds, limit=plan.limit, offset=plan.offset)]
+                   for ds in plan.datasets]
+    return [x for x in chain.from_iterable(zip_longest(*per_dataset)) if x is not None]
 
 
 def _jobs(plan: Plan, problems):
