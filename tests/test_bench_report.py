@@ -285,3 +285,27 @@ def test_a_damaged_run_json_is_moved_aside_and_the_report_says_so(runs, tiny, ca
         assert main(["bench", "sart-latency", *TINY, "--out", str(folder)]) == 0
     assert (folder / "run.json.bad").read_text() == '{"runs": [1, 2]}'
     assert len(json.loads((folder / "run.json").read_text())["runs"]) == 1
+
+
+def test_sigterm_stops_a_run_as_ctrl_c_does_and_leaves_the_handler_as_it_was(
+        monkeypatch, tmp_path):
+    import os
+    import signal
+    import time
+
+    def killed(args):
+        with RowStore(args.out, {"recipe": "spy-a"}) as store:
+            store.append("a", {"x": 1.0}, [])
+            os.kill(os.getpid(), signal.SIGTERM)  # what `kill PID` or `timeout` sends
+            time.sleep(5)  # the handler raises before this ends
+        pytest.fail("SIGTERM did not stop the run")
+
+    _spy_recipes(monkeypatch, [])
+    monkeypatch.setitem(RECIPES, "spy-a", replace(RECIPES["spy-a"], main=killed))
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["bench", "spy-a", "--out", str(tmp_path / "o")]) == 130
+    run = json.loads((tmp_path / "o" / "run.json").read_text())["runs"]
+    assert [r["status"] for r in run] == ["interrupted"]
+    assert (tmp_path / "o" / "rows.jsonl").read_text().count("\n") == 1
+    assert not (tmp_path / "o" / ".fasttts.lock").exists()
+    assert signal.getsignal(signal.SIGTERM) is before

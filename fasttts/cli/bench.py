@@ -7,7 +7,9 @@ write the report of the runs in a folder (`fasttts.bench`).
     fasttts bench report DIR                   # DIR/REPORT.md and DIR/figures/
 
 Every run goes through `fasttts.bench.runinfo.record_run` (DIR/run.json: command, platform,
-wall time). Bad input (an unknown recipe, --out not writable, a report folder with no runs)
+wall time). SIGTERM (`kill`, `timeout`, a batch scheduler) stops a run as Ctrl-C does: the
+rows written so far stay, run.json records the run as "interrupted", the exit code is 130,
+and the same command resumes it. Bad input (an unknown recipe, --out not writable, a report folder with no runs)
 is one `error:` line and exit code 2, before anything runs.
 """
 
@@ -15,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 import sys
 import traceback
+from contextlib import contextmanager
 
 __all__ = ["add_parser"]
 
@@ -170,11 +174,31 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.recipe == REPORT:
         return _report(args.dir if args.dir is not None else args.out)
     _check(args)
-    if args.recipe == ALL:
-        return _all(args)
     from fasttts.bench import RECIPES
 
-    return _run(RECIPES[args.recipe], args, args.out)
+    with _sigterm_interrupts():
+        if args.recipe == ALL:
+            return _all(args)
+        return _run(RECIPES[args.recipe], args, args.out)
+
+
+@contextmanager
+def _sigterm_interrupts():
+    """While the block runs, SIGTERM raises KeyboardInterrupt in the main thread (as Ctrl-C
+    does), so a run stopped by `kill` is recorded and cleaned up like an interrupted one;
+    the previous handler comes back after. Outside the main thread: nothing changes."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _run(recipe, args: argparse.Namespace, out: str, recipe_command: str | None = None) -> int:
