@@ -309,3 +309,22 @@ def test_sigterm_stops_a_run_as_ctrl_c_does_and_leaves_the_handler_as_it_was(
     assert (tmp_path / "o" / "rows.jsonl").read_text().count("\n") == 1
     assert not (tmp_path / "o" / ".fasttts.lock").exists()
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_run_json_names_the_commit_the_run_began_on_not_the_one_it_ended_on(
+        monkeypatch, tmp_path):
+    from fasttts.bench import runinfo
+
+    heads = iter([("a" * 40, False), ("b" * 40, True)])  # a commit lands during the run
+    monkeypatch.setattr(runinfo, "git_commit", lambda: next(heads))
+
+    def one_row(args):
+        with RowStore(args.out, {"recipe": "spy-a"}) as store:
+            store.append("a", {"x": 1.0}, [])
+        return 0
+
+    _spy_recipes(monkeypatch, [])
+    monkeypatch.setitem(RECIPES, "spy-a", replace(RECIPES["spy-a"], main=one_row))
+    assert main(["bench", "spy-a", "--out", str(tmp_path / "o")]) == 0
+    run = json.loads((tmp_path / "o" / "run.json").read_text())["runs"][0]
+    assert (run["git_commit"], run["git_dirty"]) == ("a" * 40, False)

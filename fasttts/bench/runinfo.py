@@ -6,7 +6,7 @@ of a recipe (not by the recipes), read by `fasttts bench report`.
      "runs": [{"command", "recipe_command", "start", "end" (UTC, ISO 8601), "wall_s",
                "status" ("ok", "exit N", "interrupted", "error: ..."),
                "platform" (`fasttts.engines.platform_info.run_platform` per engine config),
-               "platform_text" (one line), "fasttts_version", "git_commit", "git_dirty"}]}
+               "platform_text" (one line), "fasttts_version", "git_commit", "git_dirty" (when the run began)}]}
 
 Written atomically (a temporary file, then a rename) after each run, while the run holds the
 folder's lock (`fasttts.eval.folder_lock`) for its whole length (so a recipe must not hand the
@@ -139,6 +139,7 @@ def record_run(recipe, args, out: str | os.PathLike, argv: list[str],
     result = {"status": "ok"}
     before = _contents(folder)
     start, t0 = _now(), time.monotonic()
+    commit = git_commit()  # the code that runs: HEAD may move while a long run goes on
     try:
         yield result
     except KeyboardInterrupt:
@@ -150,7 +151,7 @@ def record_run(recipe, args, out: str | os.PathLike, argv: list[str],
     finally:
         try:
             if _contents(folder) != before:
-                entry = _entry(recipe, args, argv, start, t0, result["status"])
+                entry = _entry(recipe, args, argv, start, t0, result["status"], commit)
                 entry["recipe_command"] = recipe_command or entry["command"]
                 _write(folder, recipe, args, entry)
         finally:
@@ -165,13 +166,14 @@ def _contents(folder: Path) -> dict[str, tuple[int, int]]:
             if p.name != LOCK_NAME and (st := p.stat())}
 
 
-def _entry(recipe, args, argv: list[str], start: str, t0: float, status: str) -> dict:
-    """One run's record (module docstring)."""
+def _entry(recipe, args, argv: list[str], start: str, t0: float, status: str,
+           commit: tuple[str | None, bool | None]) -> dict:
+    """One run's record (module docstring); `commit`: `git_commit()` when the run began."""
     from fasttts import __version__
 
     wall, end = time.monotonic() - t0, _now()
     platforms, text = _platform(recipe, args)
-    commit, dirty = git_commit()
+    commit, dirty = commit
     return {"command": shlex.join(["fasttts", *argv]),
             "start": start, "end": end, "wall_s": wall, "status": status,
             "platform": platforms, "platform_text": text, "fasttts_version": __version__,
