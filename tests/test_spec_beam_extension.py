@@ -272,3 +272,20 @@ def test_cli_technique_flags(tmp_path, capsys):
         assert main(args + bad + ["--output-dir", str(tmp_path / "bad")]) == 2
         assert msg in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+def test_lookahead_appends_one_complete_branch_per_beam_the_lowest_numbered():
+    from fasttts.beam import Beam
+    from fasttts.runtime.lookahead_verification import plan_requests
+    from fasttts.runtime.spec_beam_extension import SpecBranch
+
+    a = Beam(1, text="x = 1\n\n", steps=["x = 1\n\n"])
+    b = Beam(2, text="y = 2\n\n", steps=["y = 2\n\n"])
+    branches = [SpecBranch(1, 1, "s1", text="x + 1 = 2\n\n", finish_reason="stop"),
+                SpecBranch(1, 0, "s0", text="so 2\n\n", finish_reason="stop")]
+    plan = plan_requests("p", [a, b], branches, "\n\n")
+    assert [r.steps for r in plan.requests] == [("x = 1\n\n", "so 2\n\n"), ("y = 2\n\n",)]
+    assert [r.start for r in plan.requests] == [0, 0] and plan.num_lookahead == 1
+    plan.apply([[0.9, 0.8], [0.7]])
+    assert (a.step_scores, b.step_scores) == ([0.9], [0.7])
+    assert (branches[1].step_scores, branches[0].step_scores) == ([0.8], [])

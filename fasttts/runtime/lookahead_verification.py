@@ -6,7 +6,11 @@ the path's KV is hot in the verifier's cache. The current step's score is what t
 now (a step's score depends only on its prefix, so it equals the plain request's); the next
 step's score is kept with the speculative branch and, if that path is selected and inherits
 the branch as its head start, it is used in the next iteration instead of scoring the step
-again. Further complete branches of the same beam add requests for their speculative step only.
+again. Only one complete branch per beam rides along (the lowest-numbered: branch 0 is the one
+SBE launches first and R's truncated copies come from); the beam's other branches are scored
+when they become steps. A further request per branch would cost a whole path each under
+whole-path scoring (that verifier reads no prefix cache) and save one only if that branch
+is adopted.
 """
 
 from __future__ import annotations
