@@ -6,7 +6,8 @@ of a recipe (not by the recipes), read by `fasttts bench report`.
      "runs": [{"command", "recipe_command", "start", "end" (UTC, ISO 8601), "wall_s",
                "status" ("ok", "exit N", "interrupted", "error: ..."),
                "platform" (`fasttts.engines.platform_info.run_platform` per engine config),
-               "platform_text" (one line), "fasttts_version", "git_commit", "git_dirty" (when the run began)}]}
+               "platform_text" (one line), "fasttts_version",
+               "git_commit", "git_dirty" (both as they were when the run began)}]}
 
 Written atomically (a temporary file, then a rename) after each run, while the run holds the
 folder's lock (`fasttts.eval.folder_lock`) for its whole length (so a recipe must not hand the

@@ -9,8 +9,8 @@ write the report of the runs in a folder (`fasttts.bench`).
 Every run goes through `fasttts.bench.runinfo.record_run` (DIR/run.json: command, platform,
 wall time). SIGTERM (`kill`, `timeout`, a batch scheduler) stops a run as Ctrl-C does: the
 rows written so far stay, run.json records the run as "interrupted", the exit code is 130,
-and the same command resumes it. Bad input (an unknown recipe, --out not writable, a report folder with no runs)
-is one `error:` line and exit code 2, before anything runs.
+and the same command resumes it. Bad input (an unknown recipe, --out not writable, a report
+folder with no runs) is one `error:` line and exit code 2, before anything runs.
 """
 
 from __future__ import annotations
