@@ -15,7 +15,7 @@ from fasttts.bench import RECIPES, Section
 from fasttts.bench import compare
 from fasttts.bench.compare import (FASTTTS, Plan, Setting, interleaved, median_ratio, row_key,
                                    runtime_of, summarize)
-from fasttts.bench.store import RowStore
+from fasttts.bench.store import RowsFileWarning, RowStore
 from fasttts.config import RuntimeConfig
 from fasttts.cli import main as cli
 
@@ -86,6 +86,9 @@ def _keys(out) -> list[str]:
 
 
 def test_a_cut_run_resumes_without_losing_or_repeating_a_row(tmp_path, monkeypatch):
+    """Cut after four rows (problem 60 whole, problem 61 in one of its three configurations):
+    the resume keeps problem 60's rows, sets problem 61's one row aside in rows.jsonl.partial
+    and runs problem 61 in all three, so its rows come from one sitting."""
     plan = _plan()
     expected = [row_key("1.5B+7B", 8, c, p) for p, order in
                 (("aime24-60", ("baseline", "iv", FASTTTS)),
@@ -105,16 +108,23 @@ def test_a_cut_run_resumes_without_losing_or_repeating_a_row(tmp_path, monkeypat
     assert _keys(tmp_path / "o") == expected[:4]
     with open(tmp_path / "o" / "rows.jsonl", "ab") as f:  # a line the cut left half written
         f.write(b'{"key": "1.5B+7B|n8|')
-    first = (tmp_path / "o" / "rows.jsonl").read_text().splitlines()[:4]
+    lines = (tmp_path / "o" / "rows.jsonl").read_text().splitlines()[:4]
     calls.clear()
     monkeypatch.setattr(compare, "_run_row", lambda *a: calls.append(a[-1]) or real_run_row(*a))
-    with RowStore(tmp_path / "o", {"plan": plan.as_config()}) as store:
+    with RowStore(tmp_path / "o", {"plan": plan.as_config()}) as store, \
+            pytest.warns(RowsFileWarning, match=r"1 rows set aside in rows.jsonl.partial "
+                         r"\(problems not run in all configurations: 1.5B\+7B n=8 aime24-61\)"):
         rows = compare.run(plan, store, progress=False)
-    assert calls == [FASTTTS, "baseline"]  # only the two rows not yet run
+    assert calls == ["iv", FASTTTS, "baseline"]  # problem 61 whole, problem 60 not again
     assert _keys(tmp_path / "o") == expected  # protocol order, each row once
-    assert (tmp_path / "o" / "rows.jsonl").read_text().splitlines()[:4] == first
+    assert (tmp_path / "o" / "rows.jsonl").read_text().splitlines()[:3] == lines[:3]
+    assert (tmp_path / "o" / "rows.jsonl.partial").read_text().splitlines() == lines[3:]
     assert [(r["id"], r["config"]) for r in rows] == [
         (k.split("|")[3], k.split("|")[2]) for k in expected]
+    with RowStore(tmp_path / "o", {"plan": plan.as_config()}) as store:  # complete: no-op
+        calls.clear()
+        compare.run(plan, store, progress=False)
+    assert calls == [] and _keys(tmp_path / "o") == expected
 
 
 def test_bad_input_is_refused_before_an_engine_starts(tmp_path, monkeypatch):

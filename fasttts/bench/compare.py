@@ -17,7 +17,9 @@ backend in one process, and reports each against the first (the baseline):
   on the real backend both engines' prefix caches are reset before every run
   (`fasttts.bench.compare_engines`);
 - a row is one (setting, n, configuration, problem) run, appended to the recipe's `RowStore`
-  (key `row_key`) when it ends: a killed run resumes with no record lost or counted twice;
+  (key `row_key`) when it ends: a killed run resumes with no record lost or counted twice,
+  and a problem it left with only some configurations run runs again in all of them (its
+  finished rows moved to rows.jsonl.partial), so every problem's rows come from one sitting;
 - every metric comes from `fasttts.eval.metrics.problem_record`; `summarize` gives per
   (setting, n, configuration) the medians over problems and the ratios to the baseline as the
   MEDIAN OF PER-PROBLEM RATIOS (`median_ratio`), and beside every goodput the fraction of the
@@ -241,11 +243,27 @@ def _jobs(plan: Plan, problems):
                     yield s, n, i, ds, prob, name
 
 
+def _set_aside_incomplete(plan: Plan, problems, store) -> None:
+    """Set aside (`RowStore.set_aside`) the rows of every problem that has some but not all of
+    its configurations in `store` (a run cut between them), so each problem's configurations
+    run back to back in one sitting, as the interleaved protocol assumes: rows run in
+    different sittings would compare a problem under different machine load."""
+    done, partial, names = store.done, set(), []
+    for s, n, (_, prob) in product(plan.settings, plan.ns, problems):
+        keys = {row_key(s.label, n, name, prob.id) for name in plan.configs}
+        if keys & done and not keys <= done:
+            partial |= keys & done
+            names.append(f"{s.label} n={n} {prob.id}")
+    store.set_aside(partial, "problems not run in all configurations: " + ", ".join(names))
+
+
 def run(plan: Plan, store, progress: bool = True) -> list[dict]:
     """Run every row of `plan` not in `store` yet (module docstring), in protocol order.
 
     Every configuration is checked (and, on the sim, its `RunConfig` built) before the first
-    run, so bad input is refused before an engine starts.
+    run, so bad input is refused before an engine starts. A problem left with only some of its
+    configurations run (a run cut between them) runs again in all of them
+    (`_set_aside_incomplete`).
 
     Args:
         plan: what to run (`Plan.check` is called).
@@ -268,6 +286,7 @@ def run(plan: Plan, store, progress: bool = True) -> list[dict]:
     engines = Engines(plan)
     for s, n, name in product(plan.settings, plan.ns, plan.configs):
         engines.config(s, n, runtime_of(name), check_only=True)  # before any engine starts
+    _set_aside_incomplete(plan, problems, store)
     done = {e["key"]: e["row"] for e in store.rows}
     jobs = list(_jobs(plan, problems))
     bar = tqdm(total=len(jobs), desc="runs", unit="run", disable=None if progress else True)

@@ -30,7 +30,8 @@ class BenchDirError(ValueError):
 
 
 class RowsFileWarning(UserWarning):
-    """A damaged line of rows.jsonl was set aside in rows.jsonl.bad."""
+    """Lines of rows.jsonl were set aside: a damaged line in rows.jsonl.bad, the rows of a
+    problem a run left incomplete in rows.jsonl.partial (`RowStore.set_aside`)."""
 
 
 def check_out_dir(out: str | os.PathLike) -> Path:
@@ -158,6 +159,25 @@ class RowStore:
     def done(self) -> set[str]:
         """Keys of the rows already run."""
         return {r["key"] for r in self.rows}
+
+    def set_aside(self, keys: set[str], reason: str) -> None:
+        """Move the rows of `keys` out of rows.jsonl into rows.jsonl.partial (appended and
+        synced first, so a kill between the two steps loses nothing), with a `RowsFileWarning`
+        giving `reason`; those rows run again. No-op when `keys` is empty."""
+        keys = set(keys) & self.done
+        if not keys:
+            return
+        lines = self.rows_path.read_bytes().splitlines(keepends=True)
+        out = [(line, parse(line, os.fspath(self.rows_path))["key"] in keys)
+               for line in lines if line.strip()]
+        _sync_append(self.rows_path.with_name("rows.jsonl.partial"),
+                     b"".join(line for line, moved in out if moved))
+        tmp = self.rows_path.with_name(".rows.jsonl.tmp")
+        tmp.write_bytes(b"".join(line for line, moved in out if not moved))
+        os.replace(tmp, self.rows_path)
+        self.rows = [r for r in self.rows if r["key"] not in keys]
+        warnings.warn(f"{self.rows_path}: {len(keys)} rows set aside in rows.jsonl.partial "
+                      f"({reason}); they run again", RowsFileWarning, stacklevel=2)
 
     def append(self, key: str, row: dict, records: list[dict]) -> None:
         """Add one finished row (its summary and per-request records) as one synced line."""
