@@ -98,11 +98,16 @@ def test_report_writes_the_section_its_pngs_and_the_run_facts(runs, capsys):
     assert not list(runs.glob(".*.tmp"))
 
 
-def test_a_resumed_run_adds_its_wall_time_and_runs_no_row_twice(runs, tiny):
+def test_a_resumed_run_adds_its_wall_time_and_runs_no_row_twice(runs, tiny, capsys):
     folder = runs / "sart-latency"
     rows = (folder / "rows.jsonl").read_text()
+    head, rest = rows.split("\n", 1)
+    (folder / "rows.jsonl").write_text(f"{head}\n[1]\n{rest}")  # a damaged line: told, set aside
     assert main(["bench", "sart-latency", *TINY, "--out", str(folder)]) == 0
+    assert f"\nwarning: {folder / 'rows.jsonl'} line 2: not a row record; set aside in " \
+           f"rows.jsonl.bad, that row runs again\n" in capsys.readouterr().err
     assert (folder / "rows.jsonl").read_text() == rows
+    assert (folder / "rows.jsonl.bad").read_text() == "[1]\n"
     record = json.loads((folder / "run.json").read_text())
     assert len(record["runs"]) == 2
     assert record["wall_s"] == pytest.approx(sum(r["wall_s"] for r in record["runs"]))

@@ -20,6 +20,7 @@ import shlex
 import signal
 import sys
 import traceback
+import warnings
 from contextlib import contextmanager
 
 __all__ = ["add_parser"]
@@ -207,13 +208,35 @@ def _run(recipe, args: argparse.Namespace, out: str, recipe_command: str | None 
 
     print(f"fasttts bench {recipe.name} ({'quick' if args.quick else 'full'}, "
           f"{args.backend}) -> {out}", file=sys.stderr)
+    from fasttts.bench.store import RowsFileWarning
+
     run_args = argparse.Namespace(**{**vars(args), "out": out, "recipe": recipe.name})
     argv = getattr(args, "argv", None) or sys.argv[1:]
-    with record_run(recipe, run_args, out, argv, recipe_command) as result:
+    with record_run(recipe, run_args, out, argv, recipe_command) as result, \
+            _warnings_as_lines(RowsFileWarning):
         code = recipe.main(run_args)
         if code:
             result["status"] = f"exit {code}"
     return code
+
+
+@contextmanager
+def _warnings_as_lines(category: type[Warning]):
+    """Within: every warning of `category` (rows set aside by `fasttts.bench.store`) is one
+    `warning: MESSAGE` line on stderr, as `fasttts bench report` prints them; other warnings
+    show as Python shows them."""
+    python_show = warnings.showwarning
+
+    def show(message, cat, filename, lineno, file=None, line=None):
+        if issubclass(cat, category):
+            print(f"warning: {message}", file=sys.stderr)
+        else:
+            python_show(message, cat, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", category)
+        warnings.showwarning = show
+        yield
 
 
 def _recipe_argv(argv: list[str], name: str, out: str, drop: tuple[str, ...] = ()) -> list[str]:
