@@ -28,7 +28,8 @@ backend in one process, and reports each against the first (the baseline):
 API (stable: recipes of other modules build on it):
     `Setting`, `Plan`, `runtime_of(name)`, `interleaved(configs, index)`,
     `row_key(setting, n, config, problem_id)`, `run(plan, store, progress=True)`,
-    `median_ratio(rows, bases, field)`, `summarize(rows, configs)`, `table(cells)`,
+    `problem_ratios(rows, bases, field)`, `median_ratio(rows, bases, field)`,
+    `summarize(rows, configs)`, `table(cells)`,
     `run_recipe(args, recipe, plan)` (the `main` of a comparison recipe: folder check,
     store, run, summary.json, printed table), `cells_of(config, entries)` (report hooks: the
     summary cells from a RowStore's config and rows), `read_rows(path)` and
@@ -52,8 +53,8 @@ from fasttts.bench.common import md_table
 from fasttts.config import RuntimeConfig
 
 __all__ = ["FASTTTS", "PARTS", "Plan", "Setting", "cells_of", "interleaved", "median_ratio",
-           "read_rows", "row_key", "run", "run_configs", "run_recipe", "runtime_of", "summarize",
-           "table", "with_args"]
+           "problem_ratios", "read_rows", "row_key", "run", "run_configs", "run_recipe",
+           "runtime_of", "summarize", "table", "with_args"]
 
 #: A configuration name's techniques: short name -> `RuntimeConfig` field.
 PARTS = {"sbe": "spec_beam_extension", "la": "lookahead_verification",
@@ -325,12 +326,17 @@ def _run_row(engines, plan: Plan, s: Setting, n: int, index: int, dataset: str, 
     return row
 
 
+def problem_ratios(rows: Iterable[dict], bases: dict[str, dict], field_: str) -> dict[str, float]:
+    """Problem id -> row[field] / base[field], pairing each row with the baseline row of the
+    same problem (`bases`: problem id -> row); problems without a baseline row or with a zero
+    / missing baseline value are left out."""
+    return {r["id"]: r[field_] / b[field_] for r in rows
+            if (b := bases.get(r["id"])) and b.get(field_) and r.get(field_) is not None}
+
+
 def median_ratio(rows: Iterable[dict], bases: dict[str, dict], field_: str) -> float:
-    """The median over problems of row[field] / base[field], pairing each row with the
-    baseline row of the same problem (`bases`: problem id -> row); problems without a baseline
-    row or with a zero / missing baseline value are left out; nan when none is left."""
-    xs = [r[field_] / b[field_] for r in rows
-          if (b := bases.get(r["id"])) and b.get(field_) and r.get(field_) is not None]
+    """The median over problems of `problem_ratios`; nan when there is none."""
+    xs = list(problem_ratios(rows, bases, field_).values())
     return statistics.median(xs) if xs else float("nan")
 
 

