@@ -65,3 +65,21 @@ def test_the_real_ablation_section_shows_ranges_the_breakdown_and_the_losses(tmp
     assert (f"- s, n = 16, {FASTTTS}: goodput below the baseline's on 1 of 2 problems (b x0.75)."
             in section.shortfall)
     assert "- mean goodput x0.93 is below the paper's x2.2." in section.shortfall
+
+
+def test_the_compare_command_prints_the_breakdown_and_losses_on_request(tmp_path, capsys):
+    import json
+
+    from fasttts.bench import compare
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"key": f"{r['id']}{r['config']}", "row": {
+        **r, "clock": "wall", "limit_s": 1.0, "mean_tokens_per_beam": 10, "correct": None}})
+        + "\n" for r in ROWS))
+    assert compare.main([str(path)]) == 0
+    assert "declined slots" not in capsys.readouterr().out
+    assert compare.main([str(path), "--breakdown"]) == 0
+    out = capsys.readouterr().out
+    assert "| s | 16 | x | 2 | 20.0-25.0 | 0.20-2.25 | 0.10-0.43 | 0.50 | 0.40 |" in out
+    assert out.rstrip().endswith(
+        "s, n = 16, x: latency above the baseline's on 1 of 2 problems (b x1.05)")

@@ -33,8 +33,9 @@ API (stable: recipes of other modules build on it):
     `run_recipe(args, recipe, plan)` (the `main` of a comparison recipe: folder check,
     store, run, summary.json, printed table), `cells_of(config, entries)` (report hooks: the
     summary cells from a RowStore's config and rows), `read_rows(path)` and
-    `python -m fasttts.bench.compare FILE... [--baseline NAME]` (the table of finished or
-    committed runs). `Plan(occupancy=True)` keeps the first problem's batch-occupancy trace
+    `python -m fasttts.bench.compare FILE... [--baseline NAME] [--breakdown]` (the table of
+    finished or committed runs; with where the time goes and the problems each configuration
+    loses on). `Plan(occupancy=True)` keeps the first problem's batch-occupancy trace
     in its rows; `Setting(kv_budget_gib=...)` fixes both KV caches together (sim).
 """
 
@@ -483,8 +484,9 @@ def read_rows(path: str) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m fasttts.bench.compare FILE... [--baseline NAME]`: the summary table of
-    committed or finished runs (`read_rows`), ratios to NAME (default baseline)."""
+    """`python -m fasttts.bench.compare FILE... [--baseline NAME] [--breakdown]`: the summary
+    table of committed or finished runs (`read_rows`), ratios to NAME (default baseline);
+    --breakdown adds `fasttts.bench.breakdown`'s table and losses."""
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m fasttts.bench.compare",
@@ -492,6 +494,9 @@ def main(argv: list[str] | None = None) -> int:
                                             "files (medians of per-problem ratios)")
     p.add_argument("files", nargs="+")
     p.add_argument("--baseline", default="baseline", help="the configuration ratios are to")
+    p.add_argument("--breakdown", action="store_true",
+                   help="also print where the time goes per configuration and the problems "
+                        "each configuration is below the baseline on (fasttts.bench.breakdown)")
     a = p.parse_args(argv)
     try:
         rows = [r for f in a.files for r in read_rows(f)]
@@ -500,6 +505,13 @@ def main(argv: list[str] | None = None) -> int:
     if not any(r.get("config") == a.baseline for r in rows):
         p.error(f"no row of configuration {a.baseline!r} in {', '.join(a.files)}")
     print(table(summarize(rows, (a.baseline,))))
+    if a.breakdown:
+        from fasttts.bench.breakdown import breakdown_table, losses
+
+        configs = list(dict.fromkeys([a.baseline, *(r["config"] for r in rows)]))
+        print(f"\n{breakdown_table(rows, configs)}\n")
+        for field in ("precise_goodput_tok_s", "latency_s"):
+            print(*losses(rows, configs, field), sep="\n")
     return 0
 
 
