@@ -85,7 +85,8 @@ def _keys(out) -> list[str]:
     return [json.loads(line)["key"] for line in (out / "rows.jsonl").read_text().splitlines()]
 
 
-def test_a_cut_run_resumes_without_losing_or_repeating_a_row(tmp_path, monkeypatch):
+def test_a_cut_run_resumes_without_losing_or_repeating_a_row(tmp_path, monkeypatch,
+                                                             capsys):
     """Cut after four rows (problem 60 whole, problem 61 in one of its three configurations):
     the resume keeps problem 60's rows, sets problem 61's one row aside in rows.jsonl.partial
     and runs problem 61 in all three, so its rows come from one sitting."""
@@ -114,8 +115,12 @@ def test_a_cut_run_resumes_without_losing_or_repeating_a_row(tmp_path, monkeypat
     with RowStore(tmp_path / "o", {"plan": plan.as_config()}) as store, \
             pytest.warns(RowsFileWarning, match=r"1 rows set aside in rows.jsonl.partial "
                          r"\(problems not run in all configurations: 1.5B\+7B n=8 aime24-61\)"):
-        rows = compare.run(plan, store, progress=False)
+        rows = compare.run(plan, store)  # stderr is no terminal here: a plain line a row
     assert calls == ["iv", FASTTTS, "baseline"]  # problem 61 whole, problem 60 not again
+    err = capsys.readouterr().err
+    assert [line.split(":")[0] for line in err.splitlines() if line.startswith("run ")] == [
+        "run 4/6", "run 5/6", "run 6/6"]
+    assert "run 4/6: aime24 aime24-61, 1.5B+7B n=8 iv: " in err and " s (simulated)\n" in err
     assert _keys(tmp_path / "o") == expected  # protocol order, each row once
     assert (tmp_path / "o" / "rows.jsonl").read_text().splitlines()[:3] == lines[:3]
     assert (tmp_path / "o" / "rows.jsonl.partial").read_text().splitlines() == lines[3:]
