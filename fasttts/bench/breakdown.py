@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fasttts.bench.common import md_table
-from fasttts.bench.compare import problem_ratios
+from fasttts.bench.compare import group_rows, problem_ratios
 
 __all__ = ["QUANTITIES", "breakdown_table", "losses"]
 
@@ -62,21 +62,12 @@ def _range(xs: list[float], digits: int) -> str:
     return lo if lo == hi else f"{lo}-{hi}"
 
 
-def _groups(rows: Sequence[dict], configs: Sequence[str]) -> dict[tuple, list[dict]]:
-    """(setting, n, config) -> rows; settings as first seen, n ascending, configs in order."""
-    order = {c: k for k, c in enumerate(configs)}
-    settings = list(dict.fromkeys(r["setting"] for r in rows))
-    keys = sorted({(r["setting"], r["n"], r["config"]) for r in rows},
-                  key=lambda k: (settings.index(k[0]), k[1], order.get(k[2], len(order))))
-    return {k: [r for r in rows if (r["setting"], r["n"], r["config"]) == k] for k in keys}
-
-
 def breakdown_table(rows: Sequence[dict], configs: Sequence[str]) -> str:
     """A markdown table: per (setting, n, config), each of `QUANTITIES` as its range over the
     problems ("lo-hi"). `rows`: compare rows (`fasttts.bench.compare.run`'s)."""
     head = ("setting", "n", "config", "problems", *(q[0] for q in QUANTITIES))
     body = []
-    for (s, n, c), rs in _groups(rows, configs).items():
+    for (s, n, c), rs in group_rows(rows, configs).items():
         cols = [_range([v for r in rs if (v := f(r)) is not None], d) for _, d, f in QUANTITIES]
         body.append((s, n, c, len(rs), *cols))
     return md_table(head, body)
@@ -90,7 +81,7 @@ def losses(rows: Sequence[dict], configs: Sequence[str],
     worse = (lambda x: x > 1.0) if field == "latency_s" else (lambda x: x < 1.0)
     what = {"latency_s": "latency above", "precise_goodput_tok_s": "goodput below"}.get(
         field, f"{field} worse than")
-    groups, out = _groups(rows, configs), []
+    groups, out = group_rows(rows, configs), []
     for (s, n, c), rs in groups.items():
         bases = {r["id"]: r for r in groups.get((s, n, configs[0]), [])}
         ratios = problem_ratios(rs, bases, field)

@@ -28,8 +28,8 @@ backend in one process, and reports each against the first (the baseline):
 API (stable: recipes of other modules build on it):
     `Setting`, `Plan`, `runtime_of(name)`, `interleaved(configs, index)`,
     `row_key(setting, n, config, problem_id)`, `run(plan, store, progress=True)`,
-    `problem_ratios(rows, bases, field)`, `median_ratio(rows, bases, field)`,
-    `summarize(rows, configs)`, `table(cells)`,
+    `group_rows(rows, configs)`, `problem_ratios(rows, bases, field)`,
+    `median_ratio(rows, bases, field)`, `summarize(rows, configs)`, `table(cells)`,
     `run_recipe(args, recipe, plan)` (the `main` of a comparison recipe: folder check,
     store, run, summary.json, printed table), `cells_of(config, entries)` (report hooks: the
     summary cells from a RowStore's config and rows), `read_rows(path)` and
@@ -53,9 +53,9 @@ from itertools import product
 from fasttts.bench.common import md_table
 from fasttts.config import RuntimeConfig
 
-__all__ = ["FASTTTS", "PARTS", "Plan", "Setting", "cells_of", "interleaved", "median_ratio",
-           "problem_ratios", "read_rows", "row_key", "run", "run_configs", "run_recipe",
-           "runtime_of", "summarize", "table", "with_args"]
+__all__ = ["FASTTTS", "PARTS", "Plan", "Setting", "cells_of", "group_rows", "interleaved",
+           "median_ratio", "problem_ratios", "read_rows", "row_key", "run", "run_configs",
+           "run_recipe", "runtime_of", "summarize", "table", "with_args"]
 
 #: A configuration name's techniques: short name -> `RuntimeConfig` field.
 PARTS = {"sbe": "spec_beam_extension", "la": "lookahead_verification",
@@ -387,21 +387,26 @@ def _cell(rows: list[dict], bases: dict[str, dict]) -> dict:
     }
 
 
-def summarize(rows: Iterable[dict], configs: Sequence[str]) -> list[dict]:
-    """Per (setting, n, config): `_cell`'s medians over problems and ratios to `configs[0]`
-    (the baseline) as medians of per-problem ratios, plus setting, n, config; settings in
-    first-seen order, n ascending, configs in the order of `configs`."""
+def group_rows(rows: Iterable[dict], configs: Sequence[str]) -> dict[tuple, list[dict]]:
+    """(setting, n, config) -> its rows, in report order: settings as first seen, n ascending,
+    configs in the order of `configs` (others after them, as first seen)."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["setting"], r["n"], r["config"]), []).append(r)
-    out = []
-    for (s, n, c), rs in groups.items():
-        bases = {r["id"]: r for r in groups.get((s, n, configs[0]), [])}
-        out.append({"setting": s, "n": n, "config": c, **_cell(rs, bases)})
     settings = list(dict.fromkeys(s for s, _, _ in groups))
     order = {c: k for k, c in enumerate(configs)}
-    return sorted(out, key=lambda x: (settings.index(x["setting"]), x["n"],
-                                      order.get(x["config"], len(order))))
+    keys = sorted(groups, key=lambda k: (settings.index(k[0]), k[1], order.get(k[2], len(order))))
+    return {k: groups[k] for k in keys}
+
+
+def summarize(rows: Iterable[dict], configs: Sequence[str]) -> list[dict]:
+    """Per (setting, n, config) (`group_rows` order): `_cell`'s medians over problems and
+    ratios to `configs[0]` (the baseline) as medians of per-problem ratios, plus setting, n,
+    config."""
+    groups = group_rows(rows, configs)
+    return [{"setting": s, "n": n, "config": c,
+             **_cell(rs, {r["id"]: r for r in groups.get((s, n, configs[0]), [])})}
+            for (s, n, c), rs in groups.items()]
 
 
 def cells_of(config: dict, entries: Sequence[dict]) -> list[dict]:
@@ -519,7 +524,8 @@ def main(argv: list[str] | None = None) -> int:
         configs = list(dict.fromkeys([a.baseline, *(r["config"] for r in rows)]))
         print(f"\n{breakdown_table(rows, configs)}\n")
         for field in ("precise_goodput_tok_s", "latency_s"):
-            print(*losses(rows, configs, field), sep="\n")
+            for line in losses(rows, configs, field):
+                print(line)
     return 0
 
 
