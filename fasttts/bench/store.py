@@ -19,6 +19,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from fasttts.bench import stop
 from fasttts.eval.folder_lock import FolderLock
 from fasttts.jsonio import JsonFileError, parse, read_json
 
@@ -180,7 +181,12 @@ class RowStore:
                       f"({reason}); they run again", RowsFileWarning, stacklevel=2)
 
     def append(self, key: str, row: dict, records: list[dict]) -> None:
-        """Add one finished row (its summary and per-request records) as one synced line."""
+        """Add one finished row (its summary and per-request records) as one synced line.
+
+        Raises:
+            KeyboardInterrupt: after the row is saved, when a stop was requested
+                (`fasttts.bench.stop`).
+        """
         self.dir.mkdir(parents=True, exist_ok=True)
         cfg = self.dir / "config.json"
         if not cfg.exists():
@@ -190,6 +196,7 @@ class RowStore:
         line = _dumps({"key": key, "row": row, "requests": records})
         _sync_append(self.rows_path, (line + "\n").encode())
         self.rows.append(json.loads(line))
+        stop.check()  # a stop request whose interrupt was lost (`fasttts.bench.stop`)
 
     def write_summary(self, summary: dict) -> Path:
         """Write DIR/summary.json (e.g. {"rows": [...]}) atomically; returns its path."""

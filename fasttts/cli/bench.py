@@ -9,7 +9,8 @@ write the report of the runs in a folder (`fasttts.bench`).
 Every run goes through `fasttts.bench.runinfo.record_run` (DIR/run.json: command, platform,
 wall time). SIGTERM (`kill`, `timeout`, a batch scheduler) stops a run as Ctrl-C does: the
 rows written so far stay, run.json records the run as "interrupted", the exit code is 130,
-and the same command resumes it. Bad input (an unknown recipe, --out not writable, a report
+and the same command resumes it (should the interrupt be lost inside a finalizer, the run
+stops when its current row is saved: `fasttts.bench.stop`). Bad input (an unknown recipe, --out not writable, a report
 folder with no runs) is one `error:` line and exit code 2, before anything runs.
 """
 
@@ -186,20 +187,28 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 @contextmanager
 def _sigterm_interrupts():
     """While the block runs, SIGTERM raises KeyboardInterrupt in the main thread (as Ctrl-C
-    does), so a run stopped by `kill` is recorded and cleaned up like an interrupted one;
-    the previous handler comes back after. Outside the main thread: nothing changes."""
+    does), so a run stopped by `kill` is recorded and cleaned up like an interrupted one,
+    and records a stop request (`fasttts.bench.stop`) that ends the run when its current row
+    is saved, should that interrupt be lost inside a finalizer; the previous handler comes
+    back after. Outside the main thread: nothing changes."""
+    from fasttts.bench import stop
+
     def interrupt(signum, frame):
-        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+        reason = f"signal {signal.Signals(signum).name}"
+        stop.request(reason)
+        raise KeyboardInterrupt(reason)
 
     try:
         previous = signal.signal(signal.SIGTERM, interrupt)
     except ValueError:  # not the main thread
         yield
         return
+    stop.clear()
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        stop.clear()
 
 
 def _run(recipe, args: argparse.Namespace, out: str, recipe_command: str | None = None) -> int:
