@@ -151,15 +151,19 @@ class RowStore:
         if bad:
             _sync_append(self.rows_path.with_name("rows.jsonl.bad"), b"".join(bad))
         if b"".join(good) != data:
-            tmp = self.rows_path.with_name(".rows.jsonl.tmp")
-            tmp.write_bytes(b"".join(good))
-            os.replace(tmp, self.rows_path)
+            self._replace_rows(b"".join(good))
         return [parse(line, os.fspath(self.rows_path)) for line in good]
 
     @property
     def done(self) -> set[str]:
         """Keys of the rows already run."""
         return {r["key"] for r in self.rows}
+
+    def _replace_rows(self, data: bytes) -> None:
+        """Make rows.jsonl hold `data`, atomically (a temporary file renamed over it)."""
+        tmp = self.rows_path.with_name(".rows.jsonl.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, self.rows_path)
 
     def set_aside(self, keys: set[str], reason: str) -> None:
         """Move the rows of `keys` out of rows.jsonl into rows.jsonl.partial (appended and
@@ -173,9 +177,7 @@ class RowStore:
                for line in lines if line.strip()]
         _sync_append(self.rows_path.with_name("rows.jsonl.partial"),
                      b"".join(line for line, moved in out if moved))
-        tmp = self.rows_path.with_name(".rows.jsonl.tmp")
-        tmp.write_bytes(b"".join(line for line, moved in out if not moved))
-        os.replace(tmp, self.rows_path)
+        self._replace_rows(b"".join(line for line, moved in out if not moved))
         self.rows = [r for r in self.rows if r["key"] not in keys]
         warnings.warn(f"{self.rows_path}: {len(keys)} rows set aside in rows.jsonl.partial "
                       f"({reason}); they run again", RowsFileWarning, stacklevel=2)
