@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
                 for wave in rec["modes"]["incremental"]["waves"] for ids in wave]
     path = max(requests, key=len)
     v = _verifiers([args.block_size], 1, args.dtype)[args.block_size]
-    params, names = v.last_token_params(), iter(range(1 << 30))
+    params, names = v.incremental_params(), iter(range(1 << 30))
 
     def score(batch: list[list[int]]) -> float:
         outs = run_batch(v.engine, [(ids, params) for ids in batch], v.batch_size,

@@ -57,7 +57,7 @@ def _call(verifier, waves: list[list[list[int]]]) -> tuple[float, list[float]]:
     """(seconds, scores) of one recorded call's waves on `verifier`'s engine."""
     from fasttts.backends.vllm_engine import run_batch
 
-    params = verifier.last_token_params()
+    params = verifier.incremental_params()
     scores: list[float] = []
     t0 = time.perf_counter()
     for i, wave in enumerate(waves):

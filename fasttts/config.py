@@ -323,8 +323,7 @@ class RuntimeConfig(_Strict):
             leaves off those its search method has no use for
             (`fasttts.search.runtime_defaults`: Speculative Beam Extension and LookAhead
             Verification for methods of one generation round or branch-level ones,
-            incremental verification for methods that score each path once, such as
-            best-of-N).
+            incremental verification for methods that call no PRM: self-consistency).
         spec_beam_extension: Speculative Beam Extension, two-phase preemptible scheduling
             (section 4.1, `fasttts.runtime.spec_beam_extension`).
         lookahead_verification: LookAhead Verification (section 4.1.3); needs
@@ -340,7 +339,8 @@ class RuntimeConfig(_Strict):
             cache (exact: every supported PRM is causal; `fasttts.verifiers.pooling`); off =
             whole paths, as search-and-learn; not given = the search method's default
             (`SearchStrategy.incremental_default`: on for SART, whose checks score the same
-            long branches again and again, off for the others).
+            long branches again and again, off for the others; with the FastTTS bundle, on for
+            every method that calls the PRM, `fasttts.search.runtime_defaults`).
         plan_seq_len: the path length (tokens, prompt included) the planner sizes for; None =
             256 + max_tokens / 2 for the first request, then the mean measured path length of
             the last 8 requests.

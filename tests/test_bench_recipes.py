@@ -358,22 +358,23 @@ def test_calibration_on_vllm_fits_what_it_measured(tmp_path, monkeypatch):
     assert "engine steps measured on this host" in sec.ours
 
 
-def test_a_fig11_loss_names_the_cause_of_each_time_that_grew():
+def test_a_fig11_loss_names_the_known_cause_of_a_generator_time_that_grew():
     from fasttts.bench.fig11 import _loss
 
     def cell(setting, config, ver, gen, x=1.0):
         return {"setting": setting, "n": 128, "config": config, "verifier_s": ver,
                 "generator_s": gen, "x_goodput": x}
 
-    cells = [cell("best_of_n", "baseline", 10.1, 17.0), cell("best_of_n", "f", 49.2, 20.7, 0.38),
+    cells = [cell("best_of_n", "baseline", 10.1, 17.0), cell("best_of_n", "f", 10.1, 20.7, 0.88),
              cell("dvts", "baseline", 5.0, 9.0), cell("dvts", "f", 4.0, 11.0, 0.9)]
-    both = _loss(cells, cells[1])
-    assert both.startswith("FastTTS is slower than the baseline for best_of_n at n = 128 "
-                           "(goodput x0.38; verifier 10.1 -> 49.2 s, generator 17.0 -> 20.7 s)")
-    assert "no cached prefix to reuse" in both and "caps the decode batch below n" in both
+    gen = _loss(cells, cells[1])
+    assert gen.startswith("FastTTS is slower than the baseline for best_of_n at n = 128 "
+                          "(goodput x0.88; verifier 10.1 -> 10.1 s, generator 17.0 -> 20.7 s)")
+    assert "caps the decode batch below n" in gen
+    # a verifier that grew has no known cause any more (one request per path since)
     verifier_only = _loss([cells[0], cell("best_of_n", "f", 11.0, 17.0, 0.99)],
                           cell("best_of_n", "f", 11.0, 17.0, 0.99))
-    assert "no cached prefix" in verifier_only and "caps the decode batch" not in verifier_only
+    assert verifier_only.endswith(": not explained yet")
     assert _loss(cells, cells[3]).endswith(": not explained yet")
 
 

@@ -61,6 +61,50 @@ def test_incremental_reads_the_prefix_and_prices_only_the_new_tokens():
         step_time(model, hw, [SeqWork(full, 0, logits=False)]))
 
 
+def test_a_fresh_path_is_one_request_whatever_its_number_of_new_steps():
+    """A path scored for the first time (best-of-N, SART's first check) with all its steps new
+    is one request: the problem's cached blocks read, the rest prefilled once, the time that
+    one request's roofline gives, not one engine round per step."""
+    from fasttts.perf.roofline import SeqWork, step_time
+
+    inc = build_sim(_cfg(RuntimeConfig(incremental_verification=True), block_size=4))[1]
+    steps = tuple(f"\u2713 step {k} " + "word " * 20 + "\n\n" for k in range(6))
+    other = tuple(f"\u2713 other {k} " + "word " * 15 + "\n\n" for k in range(2))
+    inc.score([ScoreRequest(PROBLEM, other, 0)])  # caches the blocks of the problem's prompt
+    a, b = inc.input_ids(ScoreRequest(PROBLEM, other)), inc.input_ids(ScoreRequest(PROBLEM, steps))
+    common = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    assert common >= len(inc.input_ids(ScoreRequest(PROBLEM, ())))
+    shared, full = common // 4 * 4, len(b)
+    before, t0 = inc.cache_stats(), inc.now()
+    scores = inc.score([ScoreRequest(PROBLEM, steps, 0)])
+    stats = inc.cache_stats().since(before)
+    assert len(scores[0]) == 6
+    assert stats.prefix_cache_queries == full and stats.prefix_cache_hits == shared
+    assert inc.now() - t0 == pytest.approx(step_time(
+        inc.engine.model, inc.engine.hw, [SeqWork(full - shared, shared, logits=False)]))
+
+
+def test_a_new_step_inside_the_cached_prefix_is_read_from_a_request_cut_after_it():
+    """A path whose steps were all scored before (another path with the same steps) is found
+    cached up to its last whole block: vLLM computes none of the tags inside it, so each such
+    step goes again as a request cut after its tag, which reads the cache up to its own last
+    whole block; tags past the cached prefix come from the first request."""
+    bs = 4
+    inc = build_sim(_cfg(RuntimeConfig(incremental_verification=True), block_size=bs))[1]
+    steps = tuple(f"\u2713 step {k} " + "word " * (9 + k) + "\n\n" for k in range(5))
+    inc.score([ScoreRequest(PROBLEM, steps, 0)])
+    full = len(inc.input_ids(ScoreRequest(PROBLEM, steps)))
+    cached = (full - 1) // bs * bs
+    cuts = [len(inc.input_ids(ScoreRequest(PROBLEM, steps[: k + 1]))) for k in range(5)]
+    again = [c for c in cuts if c <= cached]
+    assert again and len(again) < 5  # the test's path: some tags inside, the last outside
+    before = inc.cache_stats()
+    inc.score([ScoreRequest(PROBLEM, steps, 0)])
+    stats = inc.cache_stats().since(before)
+    assert stats.prefix_cache_queries == full + sum(again)
+    assert stats.prefix_cache_hits == cached + sum((c - 1) // bs * bs for c in again)
+
+
 def _recording(ver):
     """Record the requests of every scoring call of `ver`."""
     calls, real = [], ver.score
@@ -92,13 +136,12 @@ def test_a_search_prefills_what_each_mode_must_and_no_more():
             assert stats.prefix_cache_hits == 0
             assert computed == sum(len(ver.input_ids(r)) for r in reqs)
         else:
-            cuts = [ScoreRequest(r.problem, r.steps[:k + 1]) for r in reqs
-                    for k in range(r.start, len(r.steps))]
-            assert stats.prefix_cache_queries == sum(len(ver.input_ids(c)) for c in cuts)
-            # each new step computed once, plus at most one partial block before it
-            new = sum(len(ver.input_ids(c)) - len(ver.input_ids(
-                ScoreRequest(c.problem, c.steps[:-1]))) for c in cuts)
-            assert new <= computed < new + 16 * len(cuts)
+            sent = [r for r in reqs if r.start < len(r.steps)]
+            assert stats.prefix_cache_queries >= sum(len(ver.input_ids(r)) for r in sent)
+            # each path's new steps computed once, plus at most one partial block before them
+            new = sum(len(ver.input_ids(r)) - len(ver.input_ids(
+                ScoreRequest(r.problem, r.steps[:r.start]))) for r in sent)
+            assert new <= computed < new + 16 * len(sent)
         counts[inc] = computed
     assert counts[True] < counts[False]
 

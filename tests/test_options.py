@@ -159,11 +159,11 @@ def test_fasttts_turns_on_its_five_techniques():
 
 @pytest.mark.parametrize("method, sbe, iv", [
     ("beam_search", True, True), ("dvts", True, True), ("sart", False, True),
-    ("best_of_n", False, False), ("best_of_n_orm", False, False),
+    ("best_of_n", False, True), ("best_of_n_orm", False, True),
     ("self_consistency", False, False)])
 def test_fasttts_turns_on_what_the_method_uses(method, sbe, iv):
-    # best-of-N scores each path once (nothing for incremental verification to reuse) and,
-    # like SART, has no next step to speculate into; planner and scheduling stay on
+    # best-of-N, like SART, has no next step to speculate into; self-consistency calls no
+    # PRM; planner and scheduling stay on
     runtime = _run_config(_args("--fasttts", "--method", method)).runtime
     assert (runtime.spec_beam_extension, runtime.lookahead_verification, runtime.exact,
             runtime.incremental_verification) == (sbe, sbe, sbe, iv)

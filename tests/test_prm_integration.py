@@ -70,10 +70,32 @@ def compare_modes(make):
         assert whole.cache_stats().prefix_cache_hits == 0  # STEP pooling reads no cache
         # the ranking of the paths by their last step is the same in both modes
         assert sorted(range(3), key=lambda i: ref[i][-1]) == sorted(range(3), key=lambda i: got[i][-1])
+        worst = max(worst, fresh_paths(inc, paths, ref))
         return sum(len(r) for r in ref), worst
     finally:
         whole.close()
         inc.close()
+
+
+def fresh_paths(inc, paths, ref) -> float:
+    """Every step of each path new in one call, first on an empty prefix cache (one request
+    per path: the engine is asked for each path's tokens once), then again with the paths
+    cached (their tags inside the cached prefix are read from requests cut after them); the
+    scores of both calls equal the whole-path ones `ref`. Returns the worst difference."""
+    inc.engine.reset_prefix_cache()
+    worst = 0.0
+    for call in range(2):
+        before = inc.cache_stats()
+        got = inc.score([ScoreRequest(PROBLEM, p, 0) for p in paths])
+        queries = inc.cache_stats().since(before).prefix_cache_queries
+        if call == 0:
+            assert queries == sum(len(inc.prompt_ids(PROBLEM, p)) for p in paths)
+        else:  # the cut requests came on top
+            assert queries > sum(len(inc.prompt_ids(PROBLEM, p)) for p in paths)
+        worst = max([worst] + [abs(a - b) for r, g in zip(ref, got) for a, b in zip(r, g)])
+        assert [len(g) for g in got] == [len(r) for r in ref]
+    assert worst <= inc.score_tolerance, worst
+    return worst
 
 
 def _engine(folder, **kw) -> EngineConfig:

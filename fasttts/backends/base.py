@@ -234,8 +234,8 @@ class Verifier(ABC):
     Attributes:
         name: what the verifier is (model and format), for reports.
         supports_incremental: the format can score a new step from the prefix cache alone
-            (one request cut right after the step's tag, read at its last token; exact because
-            the PRM is causal). A class fact, asked of the class (`incremental_capable`).
+            (the tokens past the cached prefix computed, the score read at the step's tag; exact
+            because the PRM is causal). A class fact, asked of the class (`incremental_capable`).
         incremental: this instance scores incrementally (DESIGN.md, "The verifier is priced as
             the real engine prices it"); False = every scored path is prefilled whole.
         needs_logprobs: the verifier reads the generator's token log-probabilities

@@ -153,10 +153,10 @@ def call_shapes(path: Path, min_seconds: float = 0.05) -> list:
 
 
 def waves_of(verifier, reqs: list[ScoreRequest], incremental: bool) -> list[list[list[int]]]:
-    """The prefills the real verifier sends for `reqs` (`fasttts.verifiers.pooling`)."""
-    paths = [verifier.path_ids(r.problem, r.steps) for r in reqs]
+    """The prefills the real verifier sends for `reqs` (`fasttts.verifiers.pooling`): one
+    wave, each path whole (whole-path) or each path with new steps up to its last tag
+    (incremental; a second round, for new tags found inside the cached prefix, depends on
+    the cache and is not listed)."""
     if not incremental:
-        return [[ids[: tags[-1] + 1] for ids, tags in paths]]
-    depth = max(len(r.steps) - r.start for r in reqs)
-    return [[ids[: tags[r.start + w] + 1] for r, (ids, tags) in zip(reqs, paths)
-             if r.start + w < len(r.steps)] for w in range(depth)]
+        return [[verifier.prompt_ids(r.problem, r.steps) for r in reqs]]
+    return [verifier.prefills(reqs)]

@@ -5,7 +5,7 @@ verifier is priced as the real engine prices it").
 One process holds the generator (the embedded 0.5B model) and TWO verifier engines of the
 same Math-Shepherd-format checkpoint derived from it (`fasttts.models.derived`): one
 whole-path (vLLM's STEP pooler, no prefix-cache read: what search-and-learn on vLLM runs) and
-one incremental (one LAST-pooled request per new step, prefix cache on). Beam search runs once
+one incremental (one request per path, prefix cache on, read at its new tags). Beam search runs once
 per problem (MATH-500, `SIZES`); every scoring call goes to both verifiers back to back, the
 order alternating between calls (so machine-speed swings hit both modes alike), each call
 timed (`time.perf_counter`). The search goes on with the whole-path scores (the baseline's

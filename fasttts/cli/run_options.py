@@ -91,8 +91,8 @@ def _add_technique_options(p: argparse.ArgumentParser) -> None:
     f.add_argument("--fasttts", action="store_true",
                    help=f"turn on the FastTTS techniques the search method uses: "
                         f"{', '.join(map(flag_name, RuntimeConfig.FASTTTS))} (best-of-N "
-                        f"and SART run no speculation; best-of-N scores each path once, "
-                        f"without incremental verification)")
+                        f"and SART run no speculation; self-consistency calls no PRM, so "
+                        f"no incremental verification)")
     f.add_argument("--baseline", action="store_true",
                    help="turn every FastTTS technique off (the default, but for SART's "
                         "incremental verification)")

@@ -305,8 +305,8 @@ class SearchRunner:
         lookahead = (st.sbe.complete_branches()
                      if st.sbe is not None and rt.lookahead_verification else [])
         # The PRM always gets search-and-learn's round-robin order, with parents in the
-        # order the PRM itself saw them (whatever the generator's order), so its first wave
-        # references every parent's cached path before new blocks evict any (the measurements
+        # order the PRM itself saw them (whatever the generator's order), so its first requests
+        # reference every parent's cached path before new blocks evict any (the measurements
         # behind this: docs/techniques.md, "Prefix-aware scheduling").
         prm_order = baseline_order(to_score, st.prm_previous)
         st.prm_previous = [b.beam_id for b in prm_order]

@@ -65,20 +65,20 @@ add_search_check(check_search)
 def runtime_defaults(cfg: SearchConfig, bundle: bool = False) -> dict[str, bool]:
     """The `RuntimeConfig` fields whose value depends on the search method when the run
     does not give them: incremental verification (the method's `incremental_default`; with
-    the FastTTS bundle, `bundle` = `RuntimeConfig.fasttts_bundle`, its `rescores_paths`)
-    and, with the bundle, Speculative Beam Extension and LookAhead Verification (its
-    `speculates`). An unknown method (its config failed to build) has none.
+    the FastTTS bundle, `bundle` = `RuntimeConfig.fasttts_bundle`, on for every method that
+    calls the PRM, `uses_verifier`: a path scored once is one request, which reads the
+    problem's cached prompt, `fasttts.verifiers.pooling`) and, with the bundle, Speculative Beam Extension and
+    LookAhead Verification (its `speculates`). An unknown method (its config failed to
+    build) has none.
 
-    Source: FastTTS section 4.1 (speculation needs a next step), and this project's
-    measurement that incremental verification slows a method that scores each path once
-    (docs/benchmarks.md, "Why FastTTS loses on best-of-N at n = 128").
+    Source: FastTTS section 4.1 (speculation needs a next step).
     """
     cls = METHODS.get(cfg.method)
     if cls is None:
         return {}
     if not bundle:
         return {"incremental_verification": cls.incremental_default}
-    return {"incremental_verification": cls.rescores_paths,
+    return {"incremental_verification": cls.uses_verifier,
             "spec_beam_extension": cls.speculates, "lookahead_verification": cls.speculates}
 
 

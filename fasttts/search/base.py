@@ -97,12 +97,9 @@ class SearchStrategy(ABC):
     #: The method's default for `RuntimeConfig.incremental_verification` when the run does
     #: not set it and does not ask for the FastTTS bundle (`fasttts.search.runtime_defaults`).
     incremental_default: ClassVar[bool] = False
-    #: The PRM scores the same path prefixes again in later iterations or checks, so
-    #: incremental verification has cached steps to reuse and the FastTTS bundle
-    #: (`RuntimeConfig.fasttts`) turns it on; False for methods that score each path once
-    #: (best-of-N), where it would only split one scoring call into a request per step
-    #: (docs/benchmarks.md, "Why FastTTS loses on best-of-N at n = 128").
-    rescores_paths: ClassVar[bool] = True
+    #: The method calls the PRM (False: self-consistency's majority vote); the FastTTS
+    #: bundle turns incremental verification on for the methods that do.
+    uses_verifier: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

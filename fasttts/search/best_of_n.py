@@ -22,7 +22,6 @@ class BestOfN(SearchStrategy):
     name = "best_of_n"
     selects_paths = False
     speculates = False  # one iteration: no next step to speculate into
-    rescores_paths = False  # each path is scored once, at its end
 
     @property
     def num_iterations(self) -> int:

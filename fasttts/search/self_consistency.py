@@ -19,6 +19,7 @@ class SelfConsistency(BestOfN):
 
     name = "self_consistency"
     answer_rule = "majority"
+    uses_verifier = False
 
     def to_verify(self, children: list[Beam], iteration: int) -> list[Beam]:
         return []

@@ -3,10 +3,11 @@
 A causal LM read as a step classifier: after each step comes the tag " ки", and the step's
 score is p("+") / (p("+") + p("-")) of the next-token logits at the tag. vLLM serves it as a
 pooling model: `convert="classify"` with the LM head rows of "+" and "-" as the classifier
-(`classifier_from_token`), read at every tag by the STEP pooler (whole-path mode) or at the last
-token of a request cut after the new step's tag by the LAST pooler (incremental mode, prefix
-cache on). Any causal LM whose tokenizer has " ки" as one token loads this way, which is how the
-tests exercise the path on a small local model (`fasttts.models.derived`).
+(`classifier_from_token`), read at every tag by the STEP pooler (whole-path mode) or, at the new
+tags, from the rows the ALL pooler returns for the tokens computed past the cached prefix
+(incremental mode; `fasttts.verifiers.pooling`). Any causal LM whose tokenizer has " ки" as
+one token loads this way, which is how the tests exercise the path on a small local model
+(`fasttts.models.derived`).
 """
 
 from __future__ import annotations
@@ -40,15 +41,14 @@ class MathShepherdVerifier(PoolingPRMVerifier):
     step_tag = STEP_TAG
 
     def engine_overrides(self, cfg: EngineConfig, incremental: bool) -> dict:
-        pooling = {"seq_pooling_type": "LAST"} if incremental else {"tok_pooling_type": "STEP"}
-        return {
+                return {
             "convert": "classify",
             "hf_overrides": {
                 "architectures": [_classifier_architecture(cfg.model)],
                 "classifier_from_token": ["+", "-"],
                 "method": "no_post_processing",
             },
-            "pooler_config": pooling,
+            "pooler_config": self.token_pooling(incremental),
         }
 
     def head_ids(self, problem: str) -> list[int]:
@@ -57,11 +57,3 @@ class MathShepherdVerifier(PoolingPRMVerifier):
     def step_ids(self, index: int, step: str) -> list[int]:
         joiner = " " if index == 0 else "\n"
         return list(self.tokenizer.encode(joiner + step.strip(), add_special_tokens=False))
-
-    def last_token_params(self):
-        from vllm import PoolingParams
-
-        return PoolingParams(task="classify")
-
-    def last_token_probs(self, output) -> list[float]:
-        return output.outputs.data.float().tolist()

@@ -9,8 +9,8 @@ the first `num_hidden_layers` layers of the backbone, the layer the head was fit
 Format: the generator's own chat prompt (the system prompt the head was trained with, from
 the checkpoint's `config.json` key `fasttts_ovm`), then each step's stripped text followed by
 the step delimiter "\\n\\n" as one token, the tag the head is read at. vLLM serves it on the
-pooling runner: STEP pooling at every tag (whole-path) or LAST pooling of a request cut after
-the new step's tag (incremental, prefix cache on; `fasttts.verifiers.pooling`).
+pooling runner: STEP pooling at every tag (whole-path) or ALL pooling of the tokens computed
+past the cached prefix, read at the new tags (incremental; `fasttts.verifiers.pooling`).
 """
 
 from __future__ import annotations
@@ -66,19 +66,10 @@ class OVMVerifier(PoolingPRMVerifier):
         super().__init__(cfg, batch_size, incremental)
 
     def engine_overrides(self, cfg: EngineConfig, incremental: bool) -> dict:
-        pooling = {"seq_pooling_type": "LAST"} if incremental else {"tok_pooling_type": "STEP"}
-        return {"pooler_config": pooling}
+        return {"pooler_config": self.token_pooling(incremental)}
 
     def head_ids(self, problem: str) -> list[int]:
         return ovm_head_ids(self.tokenizer, problem, self.system_prompt)
 
     def step_ids(self, index: int, step: str) -> list[int]:
         return ovm_step_ids(self.tokenizer, step)
-
-    def last_token_params(self):
-        from vllm import PoolingParams
-
-        return PoolingParams(task="classify")
-
-    def last_token_probs(self, output) -> list[float]:
-        return output.outputs.data.float().tolist()

@@ -10,16 +10,20 @@ is what vLLM's prefix cache needs. Two modes, one per engine (`incremental`):
   pooling (`ModelConfig.is_prefix_caching_supported`; `PoolingParams` sets
   `skip_reading_prefix_cache` for token-wise tasks), so every path is prefilled whole each time
   it is scored.
-- **incremental**: one request per new step, cut right after the step's tag, read at its last
-  token (sequence LAST pooling, or token-wise ALL pooling reading the cache, where the model
-  has no sequence pooler), on 32-token KV blocks on vLLM's CPU build unless configured
-  (`incremental_engine_config`: vLLM reuses whole blocks only). Every PRM here is causal, so the hidden state at a tag depends only
-  on the tokens before it: the score equals the whole-path score of that step, and vLLM's
-  prefix cache serves everything before the step.
+- **incremental**: one request per path, the path up to its last tag, read with the ALL token
+  pooler while the prefix cache is read (`incremental_params`). vLLM then computes only the
+  tokens past the cached prefix, and ALL returns one row per token computed, so every new step's
+  tag is read from the rows of one request, whatever number of new steps the path has. A path
+  scored before has its earlier steps cached; a fresh one (best-of-N, SART's first check of a
+  branch) pays one prefill of what it does not share, as a whole-path request would. On 32-token
+  KV blocks on vLLM's CPU build unless configured (`incremental_engine_config`: vLLM reuses
+  whole blocks only). Every PRM here is causal, so the hidden state at a tag depends only on
+  the tokens before it: the score equals the whole-path score of that step.
 
-Ordering (incremental): a path's requests go out in waves, the k-th new step of every path in
-wave k, and wave k + 1 starts when wave k has finished, so a longer request never runs beside
-the shorter one it extends and always finds its blocks cached (while they are not evicted).
+A new step's tag can lie inside the cached prefix when another path with the same steps was
+scored before (vLLM always computes at least a prompt's last token, never the ones before it
+that it found cached). Such a tag is read in a second round from a request cut right after
+it, whose last token is the tag.
 """
 
 from __future__ import annotations
@@ -90,6 +94,12 @@ class PoolingPRMVerifier(Verifier):
     def engine_overrides(self, cfg: EngineConfig, incremental: bool) -> dict:
         """Extra `vllm.EngineArgs` that make the engine a classifier for the mode."""
 
+    @staticmethod
+    def token_pooling(incremental: bool) -> dict:
+        """The `pooler_config` of a mode's engine: STEP (every tag, no cache read) for
+        whole-path, ALL (every token computed, cache read) for incremental."""
+        return {"tok_pooling_type": "ALL" if incremental else "STEP"}
+
     @abstractmethod
     def head_ids(self, problem: str) -> list[int]:
         """Token ids of everything before the first step."""
@@ -125,16 +135,20 @@ class PoolingPRMVerifier(Verifier):
         """Token ids of problem + steps with one step tag after each step."""
         return self.path_ids(problem, steps)[0]
 
-    @abstractmethod
-    def last_token_params(self):
-        """`PoolingParams` of an incremental request (read at its last token, cache on)."""
+    def incremental_params(self):
+        """`PoolingParams` of an incremental request: every token's class distribution (the
+        ALL token pooler), the prefix cache read, so the rows are those of the tokens vLLM
+        computed (module docstring)."""
+        from vllm import PoolingParams
 
-    @abstractmethod
+        return PoolingParams(task="token_classify", skip_reading_prefix_cache=False)
+
     def last_token_probs(self, output) -> list[float]:
         """The class distribution at the last token of an incremental request's output."""
+        return output.outputs.data[-1].float().tolist()
 
     def score(self, requests: list[ScoreRequest]) -> list[list[float]]:
-        paths = [self.path_ids(r.problem, r.steps) for r in requests]
+        paths = self._paths(requests)
         if self.incremental:
             return self._score_incremental(requests, paths)
         return self._score_whole(requests, paths)
@@ -155,26 +169,49 @@ class PoolingPRMVerifier(Verifier):
             scores.append(probs[len(tags) - len(req.steps) + req.start :])
         return scores
 
+    def new_tags(self, req: ScoreRequest, path: tuple[list[int], list[int]]) -> list[int]:
+        """Positions of the tags of `req`'s steps from `req.start` on in its `path_ids`.
+
+        Raises:
+            RuntimeError: a step's text holds the step tag (its score would be read at the
+                wrong token).
+        """
+        ids, tags = path
+        if ids.count(self.step_tag_id) != len(tags):
+            raise RuntimeError(f"{self.name}: a step of a path holds the step tag text "
+                               f"{self.step_tag!r}; it cannot be scored")
+        return tags[len(tags) - len(req.steps) + req.start:]
+
+    def prefills(self, requests: list[ScoreRequest]) -> list[list[int]]:
+        """The token ids of the first round of an incremental call: one prompt per request
+        with new steps, its path up to its last tag (module docstring)."""
+        return [ids for req, (ids, _) in zip(requests, self._paths(requests))
+                if req.start < len(req.steps)]
+
+    def _paths(self, requests):
+        return [self.path_ids(r.problem, r.steps) for r in requests]
+
     def _score_incremental(self, requests, paths) -> list[list[float]]:
-        params = self.last_token_params()
-        scores: list[list[float]] = [[] for _ in requests]
-        waves = max((len(r.steps) - r.start for r in requests), default=0)
-        for wave in range(waves):
-            owners, items = [], []
-            for r, (req, (ids, tags)) in enumerate(zip(requests, paths)):
-                k = req.start + wave
-                if k < len(req.steps):
-                    t = k + len(tags) - len(req.steps)  # the tag of step k, past the head's
-                    if ids[: tags[t] + 1].count(self.step_tag_id) != t + 1:
-                        raise RuntimeError(
-                            f"{self.name}: step {k} of a path holds the step tag text "
-                            f"{self.step_tag!r}; it cannot be scored")
-                    owners.append(r)
-                    items.append((ids[: tags[t] + 1], params))
-            tag = f"prm{next(self._calls)}"
-            for r, out in zip(owners, run_batch(self.engine, items, self.batch_size, tag)):
-                scores[r].append(self.last_token_probs(out)[self.good_class])
-        return scores
+        params = self.incremental_params()
+        owners = [r for r, req in enumerate(requests) if req.start < len(req.steps)]
+        outs = run_batch(self.engine, [(paths[r][0], params) for r in owners], self.batch_size,
+                         f"prm{next(self._calls)}")
+        scores: list[dict[int, float]] = [{} for _ in requests]
+        cut: list[tuple[int, int]] = []  # (request, tag position) read in the second round
+        for r, out in zip(owners, outs):
+            rows = out.outputs.data
+            first = len(paths[r][0]) - rows.shape[0]  # the first position vLLM computed
+            for pos in self.new_tags(requests[r], paths[r]):
+                if pos >= first:
+                    scores[r][pos] = float(rows[pos - first, self.good_class])
+                else:
+                    cut.append((r, pos))
+        if cut:
+            items = [(paths[r][0][: pos + 1], params) for r, pos in cut]
+            for (r, pos), out in zip(cut, run_batch(self.engine, items, self.batch_size,
+                                                    f"prm{next(self._calls)}")):
+                scores[r][pos] = self.last_token_probs(out)[self.good_class]
+        return [[s[pos] for pos in sorted(s)] for s in scores]
 
     def cache_stats(self):
         return engine_cache_stats(self.engine)

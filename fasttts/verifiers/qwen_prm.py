@@ -3,10 +3,9 @@
 The chat prompt holds the problem as the user turn and the steps as the assistant turn, each
 step followed by the separator `<extra_0>`; vLLM's native `Qwen2ForProcessRewardModel` returns
 a two-class distribution per token and the step score is the probability of class 1 at its
-separator. Whole-path mode reads every separator with the STEP pooler; incremental mode cuts a
-request after the new step's separator and reads its last row with the ALL pooler while reading
-the prefix cache (the architecture has no sequence pooler; with the cache read, ALL returns the
-rows of the tokens computed, whose last is the new separator).
+separator. Whole-path mode reads every separator with the STEP pooler; incremental mode reads
+the new separators from the rows the ALL pooler returns for the tokens computed past the
+cached prefix (`fasttts.verifiers.pooling`).
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ class QwenPRMVerifier(PoolingPRMVerifier):
     step_tag = SEPARATOR
 
     def engine_overrides(self, cfg: EngineConfig, incremental: bool) -> dict:
-        return {"pooler_config": {"tok_pooling_type": "ALL"}} if incremental else {}
+        return {"pooler_config": self.token_pooling(True)} if incremental else {}
 
     def tag_token_ids(self) -> list[int]:
         tag = self.tokenizer.convert_tokens_to_ids(SEPARATOR)
@@ -48,11 +47,3 @@ class QwenPRMVerifier(PoolingPRMVerifier):
 
     def step_ids(self, index: int, step: str) -> list[int]:
         return list(self.tokenizer.encode(step.strip(), add_special_tokens=False))
-
-    def last_token_params(self):
-        from vllm import PoolingParams
-
-        return PoolingParams(task="token_classify", skip_reading_prefix_cache=False)
-
-    def last_token_probs(self, output) -> list[float]:
-        return output.outputs.data[-1].float().tolist()

@@ -5,9 +5,10 @@ The verifier engine is priced as the real engine of its mode prices it
 
 - whole-path (the baseline): each scoring request prefills the path whole (problem tokens +
   every step), with no prefix-cache read, as vLLM's STEP pooler runs;
-- incremental: one request per new step, cut after it, prefix cache on, so a request pays for
-  its new tokens (and the partial block before them) while its prefix stays cached. A path's
-  requests go out in waves (the k-th new step of every path in wave k), as on vLLM.
+- incremental: one request per path with new steps, prefix cache on, so a request pays for the
+  tokens past its cached prefix (its new steps and the partial block before them). A new step
+  whose last token lay inside the cached prefix is read in a second round from a request cut
+  after it, as on vLLM (`fasttts.verifiers.pooling`).
 
 At most `max_num_seqs` (B_pre) requests run at once. The clock is the device's shared virtual
 clock. A verifier the product runs in transformers (Skywork's value head, `Verifier.runner`) is
@@ -81,24 +82,30 @@ class SimVerifier(Verifier):
             ids += tok.encode(step)
         return ids[: self.engine.max_model_len]
 
-    def _waves(self, requests: list[ScoreRequest]) -> list[list[list[int]]]:
-        """The prefills of a scoring call, in waves: one whole path per request, or (in
-        incremental mode) the path cut after its k-th new step in wave k."""
-        if not self.incremental:
-            return [[self.input_ids(r) for r in requests]]
-        depth = max((len(r.steps) - r.start for r in requests), default=0)
-        return [[self.input_ids(ScoreRequest(r.problem, r.steps[: r.start + w + 1], r.start + w))
-                 for r in requests if r.start + w < len(r.steps)] for w in range(depth)]
-
     def score(self, requests: list[ScoreRequest]) -> list[list[float]]:
         if requests and self.offload_s:
             self.engine.clock.advance(self.offload_s)
         if self.hf is not None:
             self._price_transformers(requests)
+        elif not self.incremental:
+            self._prefill([self.input_ids(r) for r in requests])
         else:
-            for wave in self._waves(requests):
-                self._prefill(wave)
+            self._price_incremental(requests)
         return [self.workload.score_steps(r.problem, r.steps)[r.start:] for r in requests]
+
+    def _price_incremental(self, requests: list[ScoreRequest]) -> None:
+        """One request per path with new steps; then one per new step whose last token was
+        in the prefix the first round found cached (module docstring)."""
+        todo = [r for r in requests if r.start < len(r.steps)]
+        seqs = self._prefill([self.input_ids(r) for r in todo])
+        again = []
+        for r, seq in zip(todo, seqs):
+            for k in range(r.start, len(r.steps)):
+                cut = self.input_ids(ScoreRequest(r.problem, r.steps[: k + 1]))
+                if len(cut) > seq.num_cached_tokens:  # computed, and so are the later ones
+                    break
+                again.append(cut)
+        self._prefill(again)
 
     def _price_transformers(self, requests: list[ScoreRequest]) -> None:
         """Advance the clock as transformers runs the call (module docstring)."""
@@ -111,13 +118,15 @@ class SimVerifier(Verifier):
                     for k in range(len(r.steps))]
             self.hf.incremental(cuts, r.start)
 
-    def _prefill(self, prompts: list[list[int]]) -> None:
-        """Run `prompts` through the engine to completion; on any error, free what is left."""
-        pending = {}
+    def _prefill(self, prompts: list[list[int]]) -> list[SimSequence]:
+        """Run `prompts` through the engine to completion; on any error, free what is left.
+        Returns their sequences, in order."""
+        pending, seqs = {}, []
         try:
             for ids in prompts:
                 seq = SimSequence(f"v{next(self._ids)}", ids)
                 pending[seq.seq_id] = seq
+                seqs.append(seq)
                 self.engine.add(seq)
             while pending:
                 done = self.engine.step()
@@ -130,6 +139,7 @@ class SimVerifier(Verifier):
             for seq in pending.values():
                 self.engine.finish(seq)
             raise
+        return seqs
 
     def cache_stats(self) -> CacheStats | None:
         """The engine's KV-cache counters; None for a transformers verifier (no paged
