@@ -95,6 +95,13 @@ def fresh_paths(inc, paths, ref) -> float:
         worst = max([worst] + [abs(a - b) for r, g in zip(ref, got) for a, b in zip(r, g)])
         assert [len(g) for g in got] == [len(r) for r in ref]
     assert worst <= inc.score_tolerance, worst
+    # a step that holds the tag would be read at the wrong token: refused before any request
+    bad = (LONG[0], f"{LONG[1].strip()}{inc.step_tag} and more")
+    before = inc.cache_stats()
+    with pytest.raises(RuntimeError, match="a step of a path holds the step tag text"):
+        inc.score([ScoreRequest(PROBLEM, bad, 0)])
+    assert inc.cache_stats().since(before).prefix_cache_queries == 0
+    assert inc.cache_stats().num_blocks_used == 0
     return worst
 
 

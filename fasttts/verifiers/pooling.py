@@ -194,6 +194,7 @@ class PoolingPRMVerifier(Verifier):
     def _score_incremental(self, requests, paths) -> list[list[float]]:
         params = self.incremental_params()
         owners = [r for r, req in enumerate(requests) if req.start < len(req.steps)]
+        new = {r: self.new_tags(requests[r], paths[r]) for r in owners}  # raises before any run
         outs = run_batch(self.engine, [(paths[r][0], params) for r in owners], self.batch_size,
                          f"prm{next(self._calls)}")
         scores: list[dict[int, float]] = [{} for _ in requests]
@@ -201,7 +202,7 @@ class PoolingPRMVerifier(Verifier):
         for r, out in zip(owners, outs):
             rows = out.outputs.data
             first = len(paths[r][0]) - rows.shape[0]  # the first position vLLM computed
-            for pos in self.new_tags(requests[r], paths[r]):
+            for pos in new[r]:
                 if pos >= first:
                     scores[r][pos] = float(rows[pos - first, self.good_class])
                 else:
