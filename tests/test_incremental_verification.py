@@ -105,6 +105,23 @@ def test_a_new_step_inside_the_cached_prefix_is_read_from_a_request_cut_after_it
     assert stats.prefix_cache_hits == cached + sum((c - 1) // bs * bs for c in again)
 
 
+def test_steps_two_paths_of_one_call_share_are_read_from_the_request_that_computed_them():
+    """Two fresh paths with their first three steps in common, in one call: the second finds
+    those steps cached (the first computed them in the same engine step), and their scores
+    come from the first request's rows: two requests, no second round."""
+    inc = build_sim(_cfg(RuntimeConfig(incremental_verification=True), block_size=4))[1]
+    shared = tuple(f"\u2713 step {k} " + "word " * 12 + "\n\n" for k in range(3))
+    a = shared + ("\u2713 then one way " + "word " * 5 + "\n\n",)
+    b = shared + ("\u2713 then another " + "other " * 9 + "\n\n",)
+    before = inc.cache_stats()
+    scores = inc.score([ScoreRequest(PROBLEM, a, 0), ScoreRequest(PROBLEM, b, 0)])
+    stats = inc.cache_stats().since(before)
+    assert [len(x) for x in scores] == [4, 4]
+    full = [len(inc.input_ids(ScoreRequest(PROBLEM, p))) for p in (a, b)]
+    assert stats.prefix_cache_queries == sum(full)  # no cut request
+    assert stats.prefix_cache_hits > 0  # b found a's blocks
+
+
 def _recording(ver):
     """Record the requests of every scoring call of `ver`."""
     calls, real = [], ver.score

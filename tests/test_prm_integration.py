@@ -79,19 +79,18 @@ def compare_modes(make):
 
 def fresh_paths(inc, paths, ref) -> float:
     """Every step of each path new in one call, first on an empty prefix cache (one request
-    per path: the engine is asked for each path's tokens once), then again with the paths
-    cached (their tags inside the cached prefix are read from requests cut after them); the
-    scores of both calls equal the whole-path ones `ref`. Returns the worst difference."""
+    per path and no more: the first two paths share six steps, whose tags the second finds
+    cached and reads from the first's rows), then again with the paths cached (their tags
+    inside the cached prefix are read from requests cut after them); the scores of both
+    calls equal the whole-path ones `ref`. Returns the worst difference."""
     inc.engine.reset_prefix_cache()
     worst = 0.0
     for call in range(2):
         before = inc.cache_stats()
         got = inc.score([ScoreRequest(PROBLEM, p, 0) for p in paths])
         queries = inc.cache_stats().since(before).prefix_cache_queries
-        if call == 0:
-            assert queries == sum(len(inc.prompt_ids(PROBLEM, p)) for p in paths)
-        else:  # the cut requests came on top
-            assert queries > sum(len(inc.prompt_ids(PROBLEM, p)) for p in paths)
+        whole = sum(len(inc.prompt_ids(PROBLEM, p)) for p in paths)
+        assert queries == whole if call == 0 else queries > whole
         worst = max([worst] + [abs(a - b) for r, g in zip(ref, got) for a, b in zip(r, g)])
         assert [len(g) for g in got] == [len(r) for r in ref]
     assert worst <= inc.score_tolerance, worst

@@ -21,9 +21,10 @@ is what vLLM's prefix cache needs. Two modes, one per engine (`incremental`):
   the tokens before it: the score equals the whole-path score of that step.
 
 A new step's tag can lie inside the cached prefix when another path with the same steps was
-scored before (vLLM always computes at least a prompt's last token, never the ones before it
-that it found cached). Such a tag is read in a second round from a request cut right after
-it, whose last token is the tag.
+scored before or runs in the same call (vLLM always computes at least a prompt's last token,
+never the ones before it that it found cached). Such a tag is read from the rows of a request
+of the call that has the same tokens up to it and computed it, or else in a second round from
+a request cut right after it, whose last token is the tag.
 """
 
 from __future__ import annotations
@@ -197,22 +198,34 @@ class PoolingPRMVerifier(Verifier):
         new = {r: self.new_tags(requests[r], paths[r]) for r in owners}  # raises before any run
         outs = run_batch(self.engine, [(paths[r][0], params) for r in owners], self.batch_size,
                          f"prm{next(self._calls)}")
+        rows = {r: (out.outputs.data, len(paths[r][0]) - out.outputs.data.shape[0])
+                for r, out in zip(owners, outs)}  # (rows, the first position vLLM computed)
         scores: list[dict[int, float]] = [{} for _ in requests]
         cut: list[tuple[int, int]] = []  # (request, tag position) read in the second round
-        for r, out in zip(owners, outs):
-            rows = out.outputs.data
-            first = len(paths[r][0]) - rows.shape[0]  # the first position vLLM computed
+        for r in owners:
             for pos in new[r]:
-                if pos >= first:
-                    scores[r][pos] = float(rows[pos - first, self.good_class])
-                else:
+                got = self._row_at(paths, rows, r, pos)
+                if got is None:
                     cut.append((r, pos))
+                else:
+                    scores[r][pos] = got
         if cut:
             items = [(paths[r][0][: pos + 1], params) for r, pos in cut]
             for (r, pos), out in zip(cut, run_batch(self.engine, items, self.batch_size,
                                                     f"prm{next(self._calls)}")):
                 scores[r][pos] = self.last_token_probs(out)[self.good_class]
         return [[s[pos] for pos in sorted(s)] for s in scores]
+
+    def _row_at(self, paths, rows, r: int, pos: int) -> float | None:
+        """The score at tag `pos` of request `r` from the first round's rows: its own, or
+        those of a request with the same tokens up to the tag that computed it (a path
+        sharing steps with another of the call finds them cached); None if none did."""
+        ids = paths[r][0]
+        for other in [r, *rows]:
+            data, first = rows[other]
+            if first <= pos and (other == r or paths[other][0][: pos + 1] == ids[: pos + 1]):
+                return float(data[pos - first, self.good_class])
+        return None
 
     def cache_stats(self):
         return engine_cache_stats(self.engine)

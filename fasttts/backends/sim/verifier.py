@@ -7,8 +7,8 @@ The verifier engine is priced as the real engine of its mode prices it
   every step), with no prefix-cache read, as vLLM's STEP pooler runs;
 - incremental: one request per path with new steps, prefix cache on, so a request pays for the
   tokens past its cached prefix (its new steps and the partial block before them). A new step
-  whose last token lay inside the cached prefix is read in a second round from a request cut
-  after it, as on vLLM (`fasttts.verifiers.pooling`).
+  whose last token lay inside the cached prefix, and that no request of the call computed, is
+  read in a second round from a request cut after it, as on vLLM (`fasttts.verifiers.pooling`).
 
 At most `max_num_seqs` (B_pre) requests run at once. The clock is the device's shared virtual
 clock. A verifier the product runs in transformers (Skywork's value head, `Verifier.runner`) is
@@ -95,7 +95,8 @@ class SimVerifier(Verifier):
 
     def _price_incremental(self, requests: list[ScoreRequest]) -> None:
         """One request per path with new steps; then one per new step whose last token was
-        in the prefix the first round found cached (module docstring)."""
+        in the prefix the first round found cached and that no request of the round
+        computed (module docstring)."""
         todo = [r for r in requests if r.start < len(r.steps)]
         seqs = self._prefill([self.input_ids(r) for r in todo])
         again = []
@@ -104,7 +105,9 @@ class SimVerifier(Verifier):
                 cut = self.input_ids(ScoreRequest(r.problem, r.steps[: k + 1]))
                 if len(cut) > seq.num_cached_tokens:  # computed, and so are the later ones
                     break
-                again.append(cut)
+                if not any(s.num_cached_tokens < len(cut) <= len(s.token_ids)
+                           and s.token_ids[: len(cut)] == cut for s in seqs):
+                    again.append(cut)
         self._prefill(again)
 
     def _price_transformers(self, requests: list[ScoreRequest]) -> None:
