@@ -377,3 +377,13 @@ def test_run_json_names_the_commit_the_run_began_on_not_the_one_it_ended_on(
     assert main(["bench", "spy-a", "--out", str(tmp_path / "o")]) == 0
     run = json.loads((tmp_path / "o" / "run.json").read_text())["runs"][0]
     assert (run["git_commit"], run["git_dirty"]) == ("a" * 40, False)
+
+
+def test_a_run_resumed_over_commits_names_each_sittings_commit():
+    from fasttts.bench.report import _commits
+
+    a, b = "a" * 40, "b" * 40
+    assert _commits([{"git_commit": a}, {"git_commit": a}]) == f"commit {a[:10]}"
+    assert _commits([{"git_commit": a}, {"git_commit": a}, {"git_commit": b, "git_dirty": True},
+                     {}]) == (f"commits {a[:10]} (runs 1-2), {b[:10]} with uncommitted changes "
+                              f"(run 3), not recorded (run 4)")

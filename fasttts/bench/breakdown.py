@@ -87,7 +87,13 @@ def losses(rows: Sequence[dict], configs: Sequence[str],
         ratios = problem_ratios(rs, bases, field)
         bad = {i: x for i, x in ratios.items() if worse(x)}
         if c != configs[0] and bad:
-            named = ", ".join(f"{i} x{x:.2f}" for i, x in bad.items())
+            named = ", ".join(f"{i} x{_loss_ratio(x)}" for i, x in bad.items())
             out.append(f"{s}, n = {n}, {c}: {what} the baseline's on {len(bad)} of "
                        f"{len(ratios)} problems ({named})")
     return out
+
+
+def _loss_ratio(x: float) -> str:
+    """A losing ratio to two decimals, or three where two would round it to 1.00 (0.997 is
+    a loss; "x1.00" would not read as one)."""
+    return f"{x:.3f}" if f"{x:.2f}" == "1.00" else f"{x:.2f}"

