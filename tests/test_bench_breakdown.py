@@ -88,3 +88,31 @@ def test_the_compare_command_prints_the_breakdown_and_losses_on_request(tmp_path
     assert "| s | 16 | x | 2 | 20.0-25.0 | 0.20-2.25 | 0.10-0.43 | 0.50 | 0.40 |" in out
     assert out.rstrip().endswith(
         "s, n = 16, x: latency above the baseline's on 1 of 2 problems (b x1.05)")
+
+
+def test_the_real_ablation_section_names_a_configuration_whose_accuracy_fell(tmp_path):
+    from fasttts.bench import real_ablation
+    from fasttts.bench.compare import FASTTTS
+
+    plan = replace(real_ablation.plan(False), ns=(16,), limit=2)
+
+    def correct(pid, config):  # baseline: a right, b right in some path only;
+        # FASTTTS: a right, b wrong in every path; the other configurations right everywhere
+        right = {("a", "baseline"): (True, True), ("b", "baseline"): (False, True),
+                 ("a", FASTTTS): (True, True), ("b", FASTTTS): (False, False)}
+        majority, any_ = right.get((pid, config), (True, True))
+        return {"majority": majority, "weighted": majority, "best": majority,
+                "pass@n": any_, "answer": majority}
+
+    rows = [{"key": f"{r['id']}{c}", "requests": [], "row": {
+        **r, "config": c, "dataset": "math500", "clock": "wall", "limit_s": 1.0,
+        "mean_tokens_per_beam": 10, "correct": correct(r["id"], c),
+        "completions_sha": r["id"] + c}}
+        for c in plan.configs for r in ROWS if r["config"] == ("baseline" if c == "baseline"
+                                                                  else "x")]
+    section = real_ablation.report({"plan": plan.as_config()}, rows, tmp_path)
+    # pass@n: baseline 2/2 = 1.00, FASTTTS 1/2 = 0.50; top-1 1/2 in both (not a loss);
+    # every other configuration is right everywhere (1.00, 1.00): no line
+    assert (f"- s, n = 16, {FASTTTS}: accuracy below the baseline's on the same 2 problems "
+            f"(pass@n 0.50 vs 1.00).") in section.shortfall
+    assert section.shortfall.count("accuracy below") == 1

