@@ -15,6 +15,7 @@ rest is reported. REPORT.md is written atomically.
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 import warnings
@@ -168,16 +169,12 @@ def _commits(runs: list[dict]) -> str:
         commit = r.get("git_commit")
         return ((commit[:10] + (" with uncommitted changes" if r.get("git_dirty") else ""))
                 if commit else "not recorded")
-    groups: list[list] = []
-    for i, r in enumerate(runs, 1):
-        if groups and groups[-1][0] == name(r):
-            groups[-1][2] = i
-        else:
-            groups.append([name(r), i, i])
+    groups = [(c, [i for i, _ in g]) for c, g in
+              itertools.groupby(enumerate(runs, 1), key=lambda e: name(e[1]))]
     if len(groups) == 1:
         return f"commit {groups[0][0]}"
     return "commits " + ", ".join(
-        f"{c} (run {a})" if a == b else f"{c} (runs {a}-{b})" for c, a, b in groups)
+        f"{c} (run {i[0]})" if len(i) == 1 else f"{c} (runs {i[0]}-{i[-1]})" for c, i in groups)
 
 
 @dataclass
