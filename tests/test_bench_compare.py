@@ -14,7 +14,7 @@ import pytest
 from fasttts.bench import RECIPES, Section
 from fasttts.bench import compare
 from fasttts.bench.compare import (FASTTTS, Plan, Setting, interleaved, median_ratio, row_key,
-                                   runtime_of, summarize)
+                                   runtime_of, summarize, table)
 from fasttts.bench.store import RowsFileWarning, RowStore
 from fasttts.config import RuntimeConfig
 from fasttts.cli import main as cli
@@ -69,6 +69,17 @@ def test_ratios_are_medians_of_per_problem_ratios_not_ratios_of_medians():
     assert cells[0]["x_goodput"] == 1.0 and cells[1]["x_goodput"] == pytest.approx(1.1)
     assert cells[1]["goodput"] == pytest.approx(31.5)  # median of 50, 22, 41, 1
     assert cells[1]["limit_fraction"] == pytest.approx(0.25)
+
+
+def test_distinct_answers_are_the_median_over_problems_and_a_table_column():
+    rows = [dict(_row(p, "x", 1, 1), distinct_answers=d) for p, d in (("a", 1), ("b", 4), ("c", 2))]
+    old = _row("d", "baseline", 1, 1)  # a row from before the field: left out, not 0
+    cells = summarize(rows + [old], ("baseline", "x"))
+    assert cells[1]["distinct_answers"] == 2
+    assert cells[0]["distinct_answers"] != cells[0]["distinct_answers"]  # nan
+    head, _, base, x = table(cells).splitlines()
+    col = [h.strip() for h in head.split("|")].index("distinct answers")
+    assert x.split("|")[col].strip() == "2.0" and base.split("|")[col].strip() == "-"
 
 
 def test_configurations_are_interleaved_in_an_order_rotated_by_problem():

@@ -53,7 +53,14 @@ def test_problem_record_votes_and_correctness():
     assert rec["precise_goodput_tok_s"] == pytest.approx(25 / 3.5)
     assert rec["latency_s"] == 4.5 and rec["generator_time_s"] == 3.0
     assert rec["num_completions"] == 4 and rec["tokens_generated"] == 123
+    assert rec["distinct_answers"] == 2  # 3, 5, 3 and no answer
     assert problem_record(r, None)["correct"] is None
+
+
+def test_distinct_answers_count_equivalent_answers_once():
+    r = result_with([("\\boxed{0.5}", 0.1), ("\\boxed{\\frac{1}{2}}", 0.2), ("\\boxed{7}", 0.3)])
+    assert problem_record(r, "7")["distinct_answers"] == 2
+    assert problem_record(result_with([("no answer", 0.1)]), "7")["distinct_answers"] == 0
 
 
 def test_summarize_hand_computed():

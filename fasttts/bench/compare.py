@@ -214,7 +214,7 @@ ROW_FIELDS = ("id", "clock", "latency_s", "generator_time_s", "verifier_time_s",
               "precise_goodput_tok_s", "tokens_generated", "batch_occupancy", "spec",
               "num_preemptions", "search_tree_tokens", "correct", "mean_tokens_per_beam",
               "verifier_prefix_cache_hit_rate", "verifier_prompt_tokens", "prompt_tokens",
-              "runtime_overhead_frac", "selections", "near_tie_selections")
+              "runtime_overhead_frac", "selections", "near_tie_selections", "distinct_answers")
 
 
 def _completions_sha(result) -> str:
@@ -380,6 +380,7 @@ def _cell(rows: list[dict], bases: dict[str, dict]) -> dict:
         "top1_majority": _fraction(rows, "majority"),
         "top1_weighted": _fraction(rows, "weighted"), "pass_at_n": _fraction(rows, "pass@n"),
         "tokens_per_path": _median(rows, "mean_tokens_per_beam"),
+        "distinct_answers": _median(rows, "distinct_answers"),
         "preemptions": _median(rows, "num_preemptions"),
         "same_as_baseline": f"{same}/{len(rows)}",
         "near_tie": f"{sum(r.get('near_tie_selections') or 0 for r in rows)}/"
@@ -426,13 +427,13 @@ def table(cells: Sequence[dict]) -> str:
     head = ("setting", "n", "config", "problems", "goodput tok/s", "x goodput",
             "fraction of limit", f"latency s ({clock})", "x latency", "generator s",
             "verifier s", "x verifier", "verifier share", "top-1 (majority)", "pass@n",
-            "same tokens as base", "near-tie selections")
+            "distinct answers", "same tokens as base", "near-tie selections")
     return md_table(head, ((
         c["setting"], c["n"], c["config"], c["problems"], _f(c["goodput"], 1),
         _f(c["x_goodput"]), _f(c["limit_fraction"]), _f(c["latency_s"], 1), _f(c["x_latency"]),
         _f(c["generator_s"], 1), _f(c["verifier_s"], 1), _f(c["x_verifier"]),
         _f(c["verifier_share"]), _f(c["top1_majority"]), _f(c["pass_at_n"]),
-        c["same_as_baseline"], c["near_tie"]) for c in cells))
+        _f(c["distinct_answers"], 1), c["same_as_baseline"], c["near_tie"]) for c in cells))
 
 
 def with_args(plan: Plan, args) -> Plan:

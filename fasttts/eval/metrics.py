@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from fasttts.beam import Beam
 from fasttts.eval.grading import find_answer, is_equivalent
-from fasttts.eval.voting import best_of, majority_vote, pass_at_n, weighted_vote
+from fasttts.eval.voting import best_of, group_answers, majority_vote, pass_at_n, weighted_vote
 from fasttts.runtime.loop import SearchResult
 
 __all__ = ["answer_path", "percentile", "precise_goodput", "problem_record",
@@ -107,7 +107,8 @@ def problem_record(result: SearchResult, gold: str | None, problem: str = "",
 
     Returns:
         A JSON-serialisable dict: predictions by each vote, correctness (None without gold),
-        timing, goodput, token counts, cache statistics, and the completions with step scores.
+        the number of distinct answers among the completions (equivalent answers count once,
+        `fasttts.eval.voting.group_answers`; what pass@n can draw on), timing, goodput, token counts, cache statistics, and the completions with step scores.
     """
     beams = result.completions
     answers = [find_answer(b.text, numeric) for b in beams]
@@ -123,6 +124,7 @@ def problem_record(result: SearchResult, gold: str | None, problem: str = "",
         "answer_rule": result.answer_rule,
         "correct": correct,
         "num_completions": len(beams),
+        "distinct_answers": len(group_answers(answers)),
         "num_iterations": result.num_iterations,
         "latency_s": result.latency,
         "generator_time_s": result.generator_time,
