@@ -71,14 +71,14 @@ def test_ratios_are_medians_of_per_problem_ratios_not_ratios_of_medians():
     assert cells[1]["limit_fraction"] == pytest.approx(0.25)
 
 
-def test_distinct_answers_are_the_median_over_problems_and_a_table_column():
-    rows = [dict(_row(p, "x", 1, 1), distinct_answers=d) for p, d in (("a", 1), ("b", 4), ("c", 2))]
+def test_distinct_answers_are_the_mean_over_problems_and_a_table_column():
+    rows = [dict(_row(p, "x", 1, 1), distinct_answers=d) for p, d in (("a", 1), ("b", 4), ("c", 1))]
     old = _row("d", "baseline", 1, 1)  # a row from before the field: left out, not 0
     cells = summarize(rows + [old], ("baseline", "x"))
-    assert cells[1]["distinct_answers"] == 2
+    assert cells[1]["distinct_answers"] == 2  # (1 + 4 + 1) / 3; the median would be 1
     assert cells[0]["distinct_answers"] != cells[0]["distinct_answers"]  # nan
     head, _, base, x = table(cells).splitlines()
-    col = [h.strip() for h in head.split("|")].index("distinct answers")
+    col = [h.strip() for h in head.split("|")].index("distinct answers (mean)")
     assert x.split("|")[col].strip() == "2.0" and base.split("|")[col].strip() == "-"
 
 

@@ -354,6 +354,11 @@ def _median(rows: Sequence[dict], key) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
+def _mean(rows: Sequence[dict], key: str) -> float:
+    xs = [v for r in rows if (v := r.get(key)) is not None]
+    return statistics.fmean(xs) if xs else float("nan")
+
+
 def _fraction(rows: Sequence[dict], vote: str) -> float:
     graded = [r for r in rows if r.get("correct")]
     return statistics.fmean(bool(r["correct"][vote]) for r in graded) if graded else float("nan")
@@ -380,7 +385,7 @@ def _cell(rows: list[dict], bases: dict[str, dict]) -> dict:
         "top1_majority": _fraction(rows, "majority"),
         "top1_weighted": _fraction(rows, "weighted"), "pass_at_n": _fraction(rows, "pass@n"),
         "tokens_per_path": _median(rows, "mean_tokens_per_beam"),
-        "distinct_answers": _median(rows, "distinct_answers"),
+        "distinct_answers": _mean(rows, "distinct_answers"),
         "preemptions": _median(rows, "num_preemptions"),
         "same_as_baseline": f"{same}/{len(rows)}",
         "near_tie": f"{sum(r.get('near_tie_selections') or 0 for r in rows)}/"
@@ -422,12 +427,14 @@ def _f(x, digits: int = 2) -> str:
 
 def table(cells: Sequence[dict]) -> str:
     """The cells of `summarize` as one markdown table; seconds on the runs' clock
-    ("simulated" or "wall", said in the header)."""
+    ("simulated" or "wall", said in the header); ratios are medians of per-problem ratios,
+    "distinct answers" the mean over problems of the answers a run's completions give
+    (equivalent ones once; `fasttts.eval.metrics.problem_record`)."""
     clock = cells[0]["clock"] if cells else "wall"
     head = ("setting", "n", "config", "problems", "goodput tok/s", "x goodput",
             "fraction of limit", f"latency s ({clock})", "x latency", "generator s",
             "verifier s", "x verifier", "verifier share", "top-1 (majority)", "pass@n",
-            "distinct answers", "same tokens as base", "near-tie selections")
+            "distinct answers (mean)", "same tokens as base", "near-tie selections")
     return md_table(head, ((
         c["setting"], c["n"], c["config"], c["problems"], _f(c["goodput"], 1),
         _f(c["x_goodput"]), _f(c["limit_fraction"]), _f(c["latency_s"], 1), _f(c["x_latency"]),
