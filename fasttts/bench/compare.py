@@ -12,8 +12,9 @@ backend in one process, and reports each against the first (the baseline):
 - a `Setting` is one (model pair, hardware, method, memory) the configurations are compared
   on; a `Plan` is the settings x n x configurations x problems of one recipe;
 - for each n (ascending), setting and problem (the datasets taken in turn: the first problem
-  of each, then the second, ...), the configurations run back to back in an
-  order rotated by the problem's index (`interleaved`), so machine-speed swings hit every configuration alike;
+  of each, then the second, ...), the configurations run back to back in an order rotated
+  by the problem's index (`interleaved`), so machine-speed swings hit every configuration
+  alike;
   on the real backend both engines' prefix caches are reset before every run
   (`fasttts.bench.compare_engines`);
 - a row is one (setting, n, configuration, problem) run, appended to the recipe's `RowStore`

@@ -108,7 +108,8 @@ def problem_record(result: SearchResult, gold: str | None, problem: str = "",
     Returns:
         A JSON-serialisable dict: predictions by each vote, correctness (None without gold),
         the number of distinct answers among the completions (equivalent answers count once,
-        `fasttts.eval.voting.group_answers`; what pass@n can draw on), timing, goodput, token counts, cache statistics, and the completions with step scores.
+        `fasttts.eval.voting.group_answers`; what pass@n can draw on), timing, goodput,
+        token counts, cache statistics, and the completions with step scores.
     """
     beams = result.completions
     answers = [find_answer(b.text, numeric) for b in beams]
