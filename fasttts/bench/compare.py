@@ -54,7 +54,8 @@ from itertools import product
 from fasttts.bench.common import md_table
 from fasttts.config import RuntimeConfig
 
-__all__ = ["FASTTTS", "PARTS", "Plan", "Setting", "cells_of", "group_rows", "interleaved",
+__all__ = ["FASTTTS", "PARTS", "Plan", "Setting", "baseline_cell", "cells_of", "group_rows",
+           "interleaved",
            "median_ratio", "problem_ratios", "read_rows", "row_key", "run", "run_configs",
            "run_recipe", "runtime_of", "summarize", "table", "with_args"]
 
@@ -350,14 +351,11 @@ def median_ratio(rows: Iterable[dict], bases: dict[str, dict], field_: str) -> f
     return statistics.median(xs) if xs else float("nan")
 
 
-def _median(rows: Sequence[dict], key) -> float:
+def _stat(rows: Sequence[dict], key, stat=statistics.median) -> float:
+    """`stat` (the median unless given) of `key` over `rows` (a field name or a callable of a
+    row), rows without a value left out; nan when none has one."""
     xs = [v for r in rows if (v := (key(r) if callable(key) else r.get(key))) is not None]
-    return statistics.median(xs) if xs else float("nan")
-
-
-def _mean(rows: Sequence[dict], key: str) -> float:
-    xs = [v for r in rows if (v := r.get(key)) is not None]
-    return statistics.fmean(xs) if xs else float("nan")
+    return stat(xs) if xs else float("nan")
 
 
 def _fraction(rows: Sequence[dict], vote: str) -> float:
@@ -373,21 +371,21 @@ def _cell(rows: list[dict], bases: dict[str, dict]) -> dict:
                and r["completions_sha"] == b.get("completions_sha"))
     return {
         "problems": len(rows), "clock": rows[0]["clock"],
-        "goodput": _median(rows, "precise_goodput_tok_s"),
+        "goodput": _stat(rows, "precise_goodput_tok_s"),
         "x_goodput": ratio["precise_goodput_tok_s"],
-        "limit_fraction": _median(rows, lambda r: r["limit_s"] / r["latency_s"]
+        "limit_fraction": _stat(rows, lambda r: r["limit_s"] / r["latency_s"]
                                   if r.get("limit_s") and r["latency_s"] else None),
-        "latency_s": _median(rows, "latency_s"), "x_latency": ratio["latency_s"],
-        "generator_s": _median(rows, "generator_time_s"),
+        "latency_s": _stat(rows, "latency_s"), "x_latency": ratio["latency_s"],
+        "generator_s": _stat(rows, "generator_time_s"),
         "x_generator": ratio["generator_time_s"],
-        "verifier_s": _median(rows, "verifier_time_s"), "x_verifier": ratio["verifier_time_s"],
-        "verifier_share": _median(rows, lambda r: r["verifier_time_s"] / r["latency_s"]
+        "verifier_s": _stat(rows, "verifier_time_s"), "x_verifier": ratio["verifier_time_s"],
+        "verifier_share": _stat(rows, lambda r: r["verifier_time_s"] / r["latency_s"]
                                   if r["latency_s"] else None),
         "top1_majority": _fraction(rows, "majority"),
         "top1_weighted": _fraction(rows, "weighted"), "pass_at_n": _fraction(rows, "pass@n"),
-        "tokens_per_path": _median(rows, "mean_tokens_per_beam"),
-        "distinct_answers": _mean(rows, "distinct_answers"),
-        "preemptions": _median(rows, "num_preemptions"),
+        "tokens_per_path": _stat(rows, "mean_tokens_per_beam"),
+        "distinct_answers": _stat(rows, "distinct_answers", statistics.fmean),
+        "preemptions": _stat(rows, "num_preemptions"),
         "same_as_baseline": f"{same}/{len(rows)}",
         "near_tie": f"{sum(r.get('near_tie_selections') or 0 for r in rows)}/"
                     f"{sum(r.get('selections') or 0 for r in rows)}",
@@ -414,6 +412,12 @@ def summarize(rows: Iterable[dict], configs: Sequence[str]) -> list[dict]:
     return [{"setting": s, "n": n, "config": c,
              **_cell(rs, {r["id"]: r for r in groups.get((s, n, configs[0]), [])})}
             for (s, n, c), rs in groups.items()]
+
+
+def baseline_cell(cells: Sequence[dict], cell: dict) -> dict | None:
+    """The baseline's cell of `cell`'s setting and n among `cells` (`summarize`), or None."""
+    return next((b for b in cells if (b["setting"], b["n"], b["config"]) ==
+                 (cell["setting"], cell["n"], "baseline")), None)
 
 
 def cells_of(config: dict, entries: Sequence[dict]) -> list[dict]:

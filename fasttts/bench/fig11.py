@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from fasttts.bench import Section
-from fasttts.bench.compare import FASTTTS, Plan, Setting, cells_of, run_recipe, table
+from fasttts.bench.compare import (FASTTTS, Plan, Setting, baseline_cell, cells_of, run_recipe,
+                                   table)
 from fasttts.bench.fig12 import NAMES, PAIRS
 from fasttts.bench.figures import bars, spread
 
@@ -58,8 +59,7 @@ def _loss(cells: list[dict], cell: dict) -> str:
     """A cell where FastTTS is slower than the baseline, with both verifier and generator
     times, and for best-of-N the known cause of a generator time that grew
     (docs/benchmarks.md)."""
-    base = next(c for c in cells if (c["setting"], c["n"], c["config"]) ==
-                (cell["setting"], cell["n"], "baseline"))
+    base = baseline_cell(cells, cell)
     causes = []
     if cell["setting"] == "best_of_n" and cell["generator_s"] > 1.01 * base["generator_s"]:
         causes.append("the memory planner caps the decode batch below n on a first request "

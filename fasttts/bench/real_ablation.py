@@ -18,8 +18,8 @@ from pathlib import Path
 
 from fasttts.bench import Section
 from fasttts.bench.breakdown import breakdown_table, losses
-from fasttts.bench.compare import (FASTTTS, Plan, Setting, cells_of, problem_ratios, run_recipe,
-                                   table)
+from fasttts.bench.compare import (FASTTTS, Plan, Setting, baseline_cell, cells_of,
+                                   problem_ratios, run_recipe, table)
 from fasttts.bench.figures import bars, spread
 
 __all__ = ["CONFIGS", "main", "plan", "report", "same_tokens"]
@@ -125,8 +125,7 @@ def _accuracy_losses(cells: list[dict]) -> list[str]:
     (e.g. R's truncated copies, which are not the children's own samples) shows here."""
     out = []
     for c in cells:
-        base = next((b for b in cells if (b["setting"], b["n"], b["config"]) ==
-                     (c["setting"], c["n"], "baseline")), None)
+        base = baseline_cell(cells, c)
         if base is None or c is base:
             continue
         worse = [f"{name} {c[key]:.2f} vs {base[key]:.2f}"
