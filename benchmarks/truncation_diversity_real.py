@@ -68,5 +68,18 @@ def main(out: str, wanted: set[str]) -> None:
         engines.close()
 
 
+def _check(argv: list[str]) -> tuple[str, set[str]]:
+    """(OUT, problem ids) from the command line; exits with the usage or with the ids that are
+    not among the protocol's problems, before any engine is built."""
+    if len(argv) < 2 or argv[1].startswith("-"):
+        sys.exit("usage: truncation_diversity_real.py OUT.jsonl [PROBLEM_ID ...]")
+    wanted = set(argv[2:]) or set(LOST)
+    known = {p.id for _, p in _problems(real_ablation.plan(False))}
+    if wanted - known:
+        sys.exit(f"not a problem of the protocol: {', '.join(sorted(wanted - known))}; "
+                 f"allowed: {', '.join(sorted(known))}")
+    return argv[1], wanted
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], set(sys.argv[2:]) or set(LOST))
+    main(*_check(sys.argv))
