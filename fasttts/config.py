@@ -342,8 +342,10 @@ class RuntimeConfig(_Strict):
             long branches again and again, off for the others; with the FastTTS bundle, on for
             every method that calls the PRM, `fasttts.search.runtime_defaults`).
         plan_seq_len: the path length (tokens, prompt included) the planner sizes for; None =
-            256 + max_tokens / 2 for the first request, then the mean measured path length of
-            the last 8 requests.
+            256 + max_tokens / 2 for the first request (for methods whose paths decode to
+            their end in one pass, sized at the KV peak of lengths spread up to max_tokens:
+            `fasttts.runtime.plan_workload.plan_input`), then the mean measured path length
+            of the last 8 requests.
         replan_min_shift: between requests the planner re-plans for the request's n and the
             measured lengths (`fasttts.runtime.replan`); it re-splits the KV memory (resizing,
             for real engines rebuilding, both engines) only when the optimum's verifier share

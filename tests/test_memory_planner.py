@@ -1,5 +1,7 @@
 """The roofline-guided KV allocation and the offload extension (FastTTS section 4.3)."""
 
+import math
+
 import pytest
 
 from fasttts.perf.specs import load_hardware, load_model
@@ -409,3 +411,59 @@ def test_offload_pays_its_transfers_every_iteration():
     coupled, off = plan_memory(small, allow_offload=False), offload_plan(small)
     assert coupled.t_recompute - off.t_recompute > off.t_offload
     assert plan_memory(small) == off
+
+
+@pytest.mark.parametrize("prompt,max_new", [(256, 2048), (256, 1024), (1, 1), (100, 7), (7, 100),
+                                            (255, 256)])
+def test_uniform_peak_len_is_the_brute_force_peak(prompt, max_new):
+    from fasttts.runtime.plan_workload import uniform_peak_len
+
+    # KV per sequence started, at decode step t: (p + t) for each of the (L - t) / L still
+    # running; every t, by brute force (the formula's maximum may fall between steps)
+    steps = [t / 8 for t in range(8 * max_new + 1)]
+    peak = max((prompt + t) * (max_new - t) / max_new for t in steps)
+    assert uniform_peak_len(prompt, max_new) == math.ceil(peak - 1e-9)
+    assert uniform_peak_len(prompt, max_new) <= prompt + max(prompt, max_new / 2)
+    with pytest.raises(ValueError, match="must be >= 1 token"):
+        uniform_peak_len(0, max_new)
+
+
+def _first_request(method: str, n: int, **rt):
+    from fasttts.config import EngineConfig, RunConfig, RuntimeConfig, SearchConfig, VerifierConfig
+    return RunConfig(backend="sim", generator=EngineConfig(model="qwen2.5-math-1.5b"),
+                     verifier=VerifierConfig(engine=EngineConfig(model="math-shepherd-7b")),
+                     search=SearchConfig(method=method, n=n, beam_width=4, max_tokens=2048),
+                     runtime=RuntimeConfig(memory_planner=True, **rt))
+
+
+def test_a_guessed_length_is_sized_at_the_kv_peak_for_one_pass_methods_only():
+    from fasttts.backends.sim import sim_device
+    from fasttts.runtime.plan_workload import plan_input
+
+    def peak(method, seq_len=None, **rt):
+        cfg = _first_request(method, 128, **rt)
+        d = sim_device(cfg)
+        return plan_input(cfg, GiB, d.generator, d.verifier, d.hardware, seq_len).decode_peak_len
+
+    # 256 + 2048 / 2 = 1280 tokens on average; at the peak (2048 + 256)^2 / (4 * 2048) = 648
+    assert peak("best_of_n") == peak("self_consistency") == 648
+    assert peak("best_of_n", seq_len=636) is None  # a measured mean: every path's length
+    assert peak("best_of_n", plan_seq_len=900) is None  # given by the user: the same
+    assert peak("beam_search") is None and peak("dvts") is None  # step barriers, shared trees
+    assert peak("sart") is None  # branch-level: sized per check interval
+
+
+def test_a_first_best_of_n_request_of_128_paths_is_not_capped_below_n():
+    """Fig. 11's best-of-N at n = 128 (simulated RTX 4090, 1.5B + Math-Shepherd-7B, 2,048
+    tokens): sized at every path holding the mean guess (1,280 tokens) the first request got
+    B_dec = 64; vLLM's continuous batching ran all 128 paths from the first step on the
+    static split without a preemption (docs/benchmarks.md). At the guessed lengths' peak (648
+    tokens a path) 128 fit."""
+    from fasttts.backends.sim import sim_device
+    from fasttts.engines.sim import plan_sim
+
+    cfg = _first_request("best_of_n", 128)
+    plan, sizes = plan_sim(cfg, sim_device(cfg))
+    assert plan.b_dec == 128
+    assert sizes.generator_kv >= 128 * 648 * 28672  # 28,672 bytes of KV per token (1.5B)
+    assert sizes.generator_kv < 128 * 1280 * 28672  # what the old sizing could not find

@@ -112,6 +112,11 @@ class PlanInput:
         num_requests: N, beams per iteration.
         verifier_len: S, tokens of one verifier input.
         decode_len: S_dec, tokens a generator sequence generates (and holds in its KV).
+        decode_peak_len: tokens one generator sequence holds at the generator's KV peak,
+            when its sequences start together and end at lengths of a distribution (vLLM
+            frees a finished sequence's blocks at once, so the peak is below every sequence
+            holding S_dec; `fasttts.runtime.plan_workload.uniform_peak_len`). None = S_dec
+            (all sequences reach S_dec together: the paper's accounting).
         cache_len: mean cached length during decoding (tokens); default S_dec / 2.
         shared_len: tokens of each sequence (verifier input and generator sequence) that it
             shares with other sequences of the iteration through the prefix cache (tokens;
@@ -142,6 +147,7 @@ class PlanInput:
     num_requests: int
     verifier_len: int
     decode_len: int
+    decode_peak_len: int | None = None
     cache_len: int | None = None
     shared_len: int = 0
     share: int = 1
@@ -158,9 +164,13 @@ class PlanInput:
                      "iterations", "step_len", "lineages"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0 <= self.shared_len <= min(self.verifier_len, self.decode_len):
-            raise ValueError(f"shared_len must be within 0..min(S, S_dec) = "
-                             f"{min(self.verifier_len, self.decode_len)}, got {self.shared_len}")
+        if self.decode_peak_len is not None and not 1 <= self.decode_peak_len <= self.decode_len:
+            raise ValueError(f"decode_peak_len must be within 1..S_dec = {self.decode_len}, "
+                             f"got {self.decode_peak_len}")
+        longest = min(self.verifier_len, self.decode_peak_len or self.decode_len)
+        if not 0 <= self.shared_len <= longest:
+            raise ValueError(f"shared_len must be within 0..min(S, S_dec, decode_peak_len) = "
+                             f"{longest}, got {self.shared_len}")
         if self.cache_len is not None and self.cache_len < 1:
             raise ValueError(f"cache_len must be >= 1 token, got {self.cache_len}")
         if self.tree_len is not None and self.tree_len < 1:
@@ -178,8 +188,10 @@ class PlanInput:
 
     @property
     def kv_gen(self) -> int:
-        """KVBytes_gen(1, S_dec): one generator sequence's KV (bytes), shared tokens split."""
-        return self._held(self.decode_len) * self.generator.kv_bytes_per_token
+        """KVBytes_gen(1, S_dec): one generator sequence's KV (bytes) at the KV peak (S_dec,
+        or `decode_peak_len` when set), shared tokens split."""
+        length = self.decode_peak_len or self.decode_len
+        return self._held(length) * self.generator.kv_bytes_per_token
 
     @property
     def s_cache(self) -> int:
@@ -482,7 +494,8 @@ def plan_memory(inp: PlanInput, allow_offload: bool = True) -> MemoryPlan:
         raise PlanError(
             f"a KV budget of {inp.memory_bytes / 2**20:.1f} MiB cannot hold one verifier sequence "
             f"of {inp.verifier_len} tokens ({inp.kv_ver / 2**20:.1f} MiB) plus one generator "
-            f"sequence of {inp.decode_len} tokens ({inp.kv_gen / 2**20:.1f} MiB){shared}{why}; "
+            f"sequence of {inp.decode_peak_len or inp.decode_len} tokens "
+            f"({inp.kv_gen / 2**20:.1f} MiB){shared}{why}; "
             f"give more memory or shorter sequences")
     return min(plans, key=lambda p: (p.t_total, -p.b_dec))
 

@@ -10,7 +10,37 @@ from fasttts.runtime.memory_planner import PLAN_STEP_LEN, MemoryPlan, PlanInput,
 from fasttts.search import make_strategy
 from fasttts.verifiers import reads_prefix_cache
 
-__all__ = ["plan_for_run", "plan_input", "search_shape"]
+__all__ = ["GUESSED_PROMPT_LEN", "plan_for_run", "plan_input", "search_shape", "uniform_peak_len"]
+
+#: The prompt length (tokens) the planner guesses before a run has measured one.
+GUESSED_PROMPT_LEN = 256
+
+
+def uniform_peak_len(prompt_len: int, max_new: int) -> int:
+    """Tokens one sequence holds at the KV peak of sequences that start together with
+    `prompt_len` prompt tokens and generate lengths spread uniformly over 0..`max_new` tokens,
+    each freeing its KV when it ends (vLLM frees a finished request's blocks at once).
+
+    At decode step t the fraction 1 - t / max_new still runs, each holding prompt_len + t, so
+    the KV per sequence started is (p + t)(1 - t / L); its maximum over 0 <= t <= L is
+    (L + p)^2 / (4 L) at t = (L - p) / 2, or p when p >= L (tokens, rounded up). It is at
+    most p + L / 2, the mean length (for p <= L), which is what every sequence holding the
+    mean at once would need.
+
+    Raises:
+        ValueError: prompt_len < 1 or max_new < 1.
+    """
+    if prompt_len < 1 or max_new < 1:
+        raise ValueError(f"prompt_len and max_new must be >= 1 token, got {prompt_len}, "
+                         f"{max_new}")
+    if prompt_len >= max_new:
+        return prompt_len
+    return -(-(max_new + prompt_len) ** 2 // (4 * max_new))
+
+
+def _one_pass(strategy) -> bool:
+    """The method generates each path in one pass to its end (best-of-N, self-consistency)."""
+    return strategy.num_iterations == 1 and not strategy.branch_level
 
 
 def search_shape(search, seq_len: int) -> dict:
@@ -30,7 +60,7 @@ def search_shape(search, seq_len: int) -> dict:
     replace the estimate when re-planning (`PlanInput.tree_len`).
     """
     strategy = make_strategy(search)
-    single_pass = strategy.num_iterations == 1 and not strategy.branch_level
+    single_pass = _one_pass(strategy)
     tree = strategy.shares_prefixes
     share = min(search.beam_width, search.n) if tree else 1
     step = (min(strategy.check_interval, seq_len) if strategy.branch_level
@@ -48,21 +78,31 @@ def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
     """The workload the planner sizes a run for.
 
     N = search n beams; S = S_dec = `seq_len` if given (a measured mean path length), else
-    `runtime.plan_seq_len`, else 256 + max_tokens / 2 tokens, at most the generator's context;
-    S_cache = S_dec / 2. Prefix sharing and the reuse term follow the method
-    (`search_shape`); `tree_len`: the measured tree size per path (tokens; `PlanInput`).
-    `verifier_floor`, `generator_floor`: see `PlanInput` (bytes).
+    `runtime.plan_seq_len`, else a guess: `GUESSED_PROMPT_LEN` + max_tokens / 2 tokens (the
+    mean of lengths spread uniformly up to max_tokens), at most the generator's context;
+    S_cache = S_dec / 2. Under the guess, a method whose paths decode to their end in one pass
+    (best-of-N, self-consistency: they start together and end apart) is sized at the KV peak
+    of such lengths (`PlanInput.decode_peak_len` = `uniform_peak_len`), not at every path
+    holding the mean at once; a measured or given length is taken as every path's. Prefix
+    sharing and the reuse term follow the method (`search_shape`); `tree_len`: the measured
+    tree size per path (tokens; `PlanInput`). `verifier_floor`, `generator_floor`: see
+    `PlanInput` (bytes).
 
     Raises:
         ValueError: a size below 1 (see `PlanInput`).
         fasttts.search.SearchConfigError: the search configuration is invalid.
     """
-    seq_len = min(seq_len or cfg.runtime.plan_seq_len or 256 + cfg.search.max_tokens // 2,
+    guessed = not (seq_len or cfg.runtime.plan_seq_len)
+    max_new = cfg.search.max_tokens
+    seq_len = min(seq_len or cfg.runtime.plan_seq_len or GUESSED_PROMPT_LEN + max_new // 2,
                   cfg.generator.max_model_len)
     shape = search_shape(cfg.search, seq_len)
+    peak = None
+    if guessed and _one_pass(make_strategy(cfg.search)):
+        peak = min(seq_len, uniform_peak_len(GUESSED_PROMPT_LEN, max_new))
     return PlanInput(memory_bytes=budget, generator=generator, verifier=verifier,
                      hardware=hardware, num_requests=cfg.search.n, verifier_len=seq_len,
-                     decode_len=seq_len, verifier_floor=verifier_floor,
+                     decode_len=seq_len, decode_peak_len=peak, verifier_floor=verifier_floor,
                      generator_floor=generator_floor, tree_len=tree_len,
                      verifier_reuse=reads_prefix_cache(cfg), **shape)
 
