@@ -370,7 +370,7 @@ def test_a_fig11_loss_names_the_known_cause_of_a_generator_time_that_grew():
     gen = _loss(cells, cells[1])
     assert gen.startswith("FastTTS is slower than the baseline for best_of_n at n = 128 "
                           "(goodput x0.88; verifier 10.1 -> 10.1 s, generator 17.0 -> 20.7 s)")
-    assert "caps the decode batch below n" in gen
+    assert "sizes a first request on guessed path lengths" in gen
     # a verifier that grew has no known cause any more (one request per path since)
     verifier_only = _loss([cells[0], cell("best_of_n", "f", 11.0, 17.0, 0.99)],
                           cell("best_of_n", "f", 11.0, 17.0, 0.99))
@@ -389,3 +389,11 @@ def test_the_verifiers_section_says_which_verifiers_add_nothing_over_majority():
         "verifier) for 1 of 2 candidates: a (last) 0.500; on 4 problems one problem moves "
         "accuracy by 0.250.")
     assert _shortfall(config, rows[1:]) == ""
+
+
+def test_fig11_shortfall_notes_are_sentences_that_keep_a_method_name_as_written():
+    from fasttts.bench.fig11 import _shortfall
+
+    text = _shortfall(["best_of_n gains only x1.02 (paper: at least x1.2)",
+                       "our largest gain x3.10 is below the paper's x3.9"])
+    assert text.startswith("best_of_n gains only x1.02 (paper: at least x1.2). Our largest gain")

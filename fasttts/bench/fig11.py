@@ -62,9 +62,10 @@ def _loss(cells: list[dict], cell: dict) -> str:
     base = baseline_cell(cells, cell)
     causes = []
     if cell["setting"] == "best_of_n" and cell["generator_s"] > 1.01 * base["generator_s"]:
-        causes.append("the memory planner caps the decode batch below n on a first request "
-                      "(later requests re-plan on the measured length and match the baseline)")
-    why = (f": {'; '.join(causes)} (docs/benchmarks.md, 'Why FastTTS loses on best-of-N at "
+        causes.append("the memory planner sizes a first request on guessed path lengths (a "
+                      "decode batch below n, or preemptions where the paths outgrow the guess; "
+                      "later requests re-plan on the measured length)")
+    why = (f": {'; '.join(causes)} (docs/benchmarks.md, 'Why FastTTS lost on best-of-N at "
            f"n = 128')" if causes else ": not explained yet")
     return (f"FastTTS is slower than the baseline for {cell['setting']} at n = {cell['n']} "
             f"(goodput x{cell['x_goodput']:.2f}; verifier {base['verifier_s']:.1f} -> "
@@ -72,9 +73,15 @@ def _loss(cells: list[dict], cell: dict) -> str:
             f"{cell['generator_s']:.1f} s){why}")
 
 
+def _sentence(note: str) -> str:
+    """`note` with a capital first letter, unless it starts with a name (best_of_n)."""
+    first = note.split(" ", 1)[0]
+    return note if "_" in first else note[0].upper() + note[1:]
+
+
 def _shortfall(notes: list[str]) -> str:
     """The notes, then what holds for every run of this recipe."""
-    return ("".join(f"{x[0].upper()}{x[1:]}. " for x in notes)
+    return ("".join(f"{_sentence(x)}. " for x in notes)
             + "Simulated, not measured on a GPU; a few AIME problems per cell. Methods with "
             "one generation round (best_of_n) leave Speculative Beam Extension nothing to "
             "speculate on: --fasttts runs them without speculation "
