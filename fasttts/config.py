@@ -345,7 +345,7 @@ class RuntimeConfig(_Strict):
             256 + max_tokens / 2 for the first request (for methods whose paths decode to
             their end in one pass, sized at the KV peak of lengths spread up to max_tokens:
             `fasttts.runtime.plan_workload.plan_input`), then the mean measured path length
-            of the last 8 requests.
+            of the last 8 requests (for those methods, at the KV peak measured on them).
         replan_min_shift: between requests the planner re-plans for the request's n and the
             measured lengths (`fasttts.runtime.replan`); it re-splits the KV memory (resizing,
             for real engines rebuilding, both engines) only when the optimum's verifier share

@@ -423,9 +423,42 @@ def test_uniform_peak_len_is_the_brute_force_peak(prompt, max_new):
     steps = [t / 8 for t in range(8 * max_new + 1)]
     peak = max((prompt + t) * (max_new - t) / max_new for t in steps)
     assert uniform_peak_len(prompt, max_new) == math.ceil(peak - 1e-9)
-    assert uniform_peak_len(prompt, max_new) <= prompt + max(prompt, max_new / 2)
-    with pytest.raises(ValueError, match="must be >= 1 token"):
-        uniform_peak_len(0, max_new)
+    assert uniform_peak_len(prompt, max_new) <= prompt + max(0, max_new / 2 - prompt) + max_new / 2
+    if prompt <= max_new:  # at most the mean, p + L / 2
+        assert uniform_peak_len(prompt, max_new) <= math.ceil(prompt + max_new / 2)
+    for bad in ((0, max_new), (prompt, 0)):
+        with pytest.raises(ValueError, match="must be >= 1 token"):
+            uniform_peak_len(*bad)
+
+
+def test_measured_peak_len_by_hand():
+    from fasttts.runtime.plan_workload import measured_peak_len
+
+    # paths of 0 and 100 tokens after a 10-token prompt: at t = 100 one of two holds 110
+    assert measured_peak_len(10, [100, 0]) == 55.0  # the mean is 60
+    assert measured_peak_len(10, [50, 50, 50]) == 60.0  # equal lengths: the mean
+    # lengths 1, 2, 2, 3: at t = 1 all 4 hold 1 (1.0 a path), at t = 2 three hold 2 (1.5), at
+    # t = 3 one holds 3 (0.75)
+    assert measured_peak_len(0, [3, 1, 2, 2]) == 1.5
+    with pytest.raises(ValueError, match="one or more lengths"):
+        measured_peak_len(10, [])
+
+
+def test_the_peak_sizes_only_a_batch_of_all_n_paths():
+    """Paths that start together peak at decode_peak_len only if all N run at once; a smaller
+    batch refills freed slots with new paths and is sized at S_dec."""
+    from fasttts.runtime.memory_planner import model_sides
+
+    gen_spec = load_model("qwen2.5-math-1.5b")
+    per_token = gen_spec.kv_bytes_per_token
+    inp = PlanInput(memory_bytes=GiB, generator=gen_spec, verifier=load_model("math-shepherd-7b"),
+                    hardware=load_hardware("rtx4090"), num_requests=4, verifier_len=100,
+                    decode_len=100, decode_peak_len=50)
+    _, gen = model_sides(inp)
+    assert gen.need(4) == 4 * 50 * per_token and gen.need(3) == 3 * 100 * per_token
+    assert gen.cap(200 * per_token, 4) == 4  # all four at their peak
+    assert gen.cap(199 * per_token, 4) == 1  # not all four: one path of S_dec = 100 fits
+    assert gen.cap(99 * per_token, 4) == 0  # not one path of S_dec
 
 
 def _first_request(method: str, n: int, **rt):
@@ -450,7 +483,7 @@ def test_a_guessed_length_is_sized_at_the_kv_peak_for_one_pass_methods_only():
     assert peak("best_of_n", seq_len=636) is None  # a measured mean: every path's length
     assert peak("best_of_n", plan_seq_len=900) is None  # given by the user: the same
     assert peak("beam_search") is None and peak("dvts") is None  # step barriers, shared trees
-    assert peak("sart") is None  # branch-level: sized per check interval
+    assert peak("sart") is None  # branch-level: sized at S_dec, as before
 
 
 def test_a_first_best_of_n_request_of_128_paths_is_not_capped_below_n():
@@ -467,3 +500,24 @@ def test_a_first_best_of_n_request_of_128_paths_is_not_capped_below_n():
     assert plan.b_dec == 128
     assert sizes.generator_kv >= 128 * 648 * 28672  # 28,672 bytes of KV per token (1.5B)
     assert sizes.generator_kv < 128 * 1280 * 28672  # what the old sizing could not find
+
+
+def test_a_replan_on_measured_best_of_n_lengths_sizes_their_measured_peak():
+    """A request whose paths measured the guessed mean (1,280 tokens) but spread from 0 to
+    2,048 generated tokens: sized at every path holding that mean, 128 paths would not fit
+    (B_dec 64, what the planner gave before); at their measured peak they do."""
+    from fasttts.config import SimConfig
+    from fasttts.engines import build_engines
+
+    cfg = _first_request("best_of_n", 128)
+    planned = build_engines(cfg)
+    rp = planned.replanner
+    assert planned.plan.b_dec == 128
+    lengths = [round(i * 2048 / 127) for i in range(128)]  # mean 1024 generated
+    rp.observe(256, lengths, 0, cfg.search)
+    assert rp.measured_len == 1280 and 640 <= rp.measured_peak_len <= 660
+    rp.update(cfg)
+    assert rp.plan.b_dec == 128
+    beam = _first_request("beam_search", 128)
+    rp.observe(256, lengths, 0, beam.search)  # a tree method's paths: no peak of theirs
+    assert len(rp._peaks) == 1

@@ -112,10 +112,11 @@ class PlanInput:
         num_requests: N, beams per iteration.
         verifier_len: S, tokens of one verifier input.
         decode_len: S_dec, tokens a generator sequence generates (and holds in its KV).
-        decode_peak_len: tokens one generator sequence holds at the generator's KV peak,
-            when its sequences start together and end at lengths of a distribution (vLLM
-            frees a finished sequence's blocks at once, so the peak is below every sequence
-            holding S_dec; `fasttts.runtime.plan_workload.uniform_peak_len`). None = S_dec
+        decode_peak_len: tokens per sequence at the generator's KV peak when a batch holds
+            all N sequences at once and they end at lengths of a distribution (vLLM frees a
+            finished sequence's blocks at once, so the peak is below every sequence holding
+            S_dec; `fasttts.runtime.plan_workload.uniform_peak_len`). A smaller batch
+            refills its freed slots with new sequences and is sized at S_dec. None = S_dec
             (all sequences reach S_dec together: the paper's accounting).
         cache_len: mean cached length during decoding (tokens); default S_dec / 2.
         shared_len: tokens of each sequence (verifier input and generator sequence) that it
@@ -188,10 +189,16 @@ class PlanInput:
 
     @property
     def kv_gen(self) -> int:
-        """KVBytes_gen(1, S_dec): one generator sequence's KV (bytes) at the KV peak (S_dec,
-        or `decode_peak_len` when set), shared tokens split."""
-        length = self.decode_peak_len or self.decode_len
-        return self._held(length) * self.generator.kv_bytes_per_token
+        """KVBytes_gen(1, S_dec): one generator sequence's KV (bytes), shared tokens split."""
+        return self._held(self.decode_len) * self.generator.kv_bytes_per_token
+
+    @property
+    def kv_gen_all(self) -> int:
+        """KV bytes per generator sequence when the batch holds all N at once: at
+        `decode_peak_len` when set, else `kv_gen`."""
+        if self.decode_peak_len is None:
+            return self.kv_gen
+        return self._held(self.decode_peak_len) * self.generator.kv_bytes_per_token
 
     @property
     def s_cache(self) -> int:
@@ -284,6 +291,8 @@ class ModelSide:
 
     Attributes:
         per_seq: KV bytes of one sequence (shared prefix split, `PlanInput.kv_ver` / `kv_gen`).
+        per_seq_all: KV bytes per sequence of a batch of all `n` sequences (`kv_gen_all`:
+            sequences that start together and end apart peak below `per_seq`).
         floor: bytes its KV cache takes however small its batch (`PlanInput.verifier_floor`).
         reuse: its cache is read across iterations (the verifier: `verifier_reuse`).
         tree: bytes of one iteration's search tree W in its KV (bytes).
@@ -293,8 +302,10 @@ class ModelSide:
     """
 
     def __init__(self, inp: PlanInput, model: ModelSpec, per_seq: int, floor: int,
-                 length: int, hit: HitModel, reuse: bool = True):
+                 length: int, hit: HitModel, reuse: bool = True,
+                 per_seq_all: int | None = None):
         self.per_seq, self.floor, self.reuse = per_seq, floor, reuse
+        self.n, self.per_seq_all = inp.num_requests, per_seq_all or per_seq
         self.tree = inp.tree_tokens * model.kv_bytes_per_token
         self.scale = hit.kappa * self.tree
         tokens = inp.recompute_tokens()
@@ -306,7 +317,8 @@ class ModelSide:
 
     def need(self, batch: int) -> int:
         """Bytes a batch of `batch` sequences holds (the tree at most), at least the floor."""
-        return max(min(batch * self.per_seq, self.tree), self.floor)
+        per = self.per_seq_all if batch >= self.n else self.per_seq
+        return max(min(batch * per, self.tree), self.floor)
 
     @property
     def saves(self) -> bool:
@@ -324,9 +336,9 @@ class ModelSide:
         """Largest batch <= limit whose need fits `room` bytes (0 if none)."""
         if self.need(1) > room:
             return 0
-        if self.tree <= room:
+        if self.tree <= room or (limit >= self.n and self.need(self.n) <= room):
             return limit
-        return min(limit, room // self.per_seq)
+        return min(limit, self.n - 1, room // self.per_seq)
 
 
 def model_sides(inp: PlanInput) -> tuple[ModelSide, ModelSide]:
@@ -334,7 +346,7 @@ def model_sides(inp: PlanInput) -> tuple[ModelSide, ModelSide]:
     return (ModelSide(inp, inp.verifier, inp.kv_ver, inp.verifier_floor, inp.verifier_len,
                       VERIFIER_HIT, inp.verifier_reuse),
             ModelSide(inp, inp.generator, inp.kv_gen, inp.generator_floor, inp.verifier_len,
-                      GENERATOR_HIT))
+                      GENERATOR_HIT, per_seq_all=inp.kv_gen_all))
 
 
 def _split_left(ver: ModelSide, gen: ModelSide):
@@ -494,8 +506,8 @@ def plan_memory(inp: PlanInput, allow_offload: bool = True) -> MemoryPlan:
         raise PlanError(
             f"a KV budget of {inp.memory_bytes / 2**20:.1f} MiB cannot hold one verifier sequence "
             f"of {inp.verifier_len} tokens ({inp.kv_ver / 2**20:.1f} MiB) plus one generator "
-            f"sequence of {inp.decode_peak_len or inp.decode_len} tokens "
-            f"({inp.kv_gen / 2**20:.1f} MiB){shared}{why}; "
+            f"sequence of {inp.decode_len} tokens ({inp.kv_gen / 2**20:.1f} MiB)"
+            f"{shared}{why}; "
             f"give more memory or shorter sequences")
     return min(plans, key=lambda p: (p.t_total, -p.b_dec))
 

@@ -10,7 +10,8 @@ from fasttts.runtime.memory_planner import PLAN_STEP_LEN, MemoryPlan, PlanInput,
 from fasttts.search import make_strategy
 from fasttts.verifiers import reads_prefix_cache
 
-__all__ = ["GUESSED_PROMPT_LEN", "plan_for_run", "plan_input", "search_shape", "uniform_peak_len"]
+__all__ = ["GUESSED_PROMPT_LEN", "measured_peak_len", "one_pass", "plan_for_run", "plan_input",
+           "search_shape", "uniform_peak_len"]
 
 #: The prompt length (tokens) the planner guesses before a run has measured one.
 GUESSED_PROMPT_LEN = 256
@@ -38,9 +39,31 @@ def uniform_peak_len(prompt_len: int, max_new: int) -> int:
     return -(-(max_new + prompt_len) ** 2 // (4 * max_new))
 
 
+def measured_peak_len(prompt_len: int, generated: list[int]) -> float:
+    """Tokens per path at the KV peak of one request whose paths started together with
+    `prompt_len` prompt tokens and generated `generated` tokens each, each freeing its KV
+    when it ended: the maximum over decode steps t of (prompt_len + t) * (share of paths still
+    running), taken where a path ends (t = its length). At most the mean path length
+    prompt_len + mean(generated), equal to it when all lengths are equal.
+
+    Raises:
+        ValueError: no path, or a length below 0.
+    """
+    if not generated or min(generated) < 0:
+        raise ValueError(f"need one or more lengths >= 0 tokens, got {generated!r}")
+    ordered, n = sorted(generated), len(generated)
+    return max((prompt_len + g) * (n - i) / n for i, g in enumerate(ordered))
+
+
 def _one_pass(strategy) -> bool:
     """The method generates each path in one pass to its end (best-of-N, self-consistency)."""
     return strategy.num_iterations == 1 and not strategy.branch_level
+
+
+def one_pass(search) -> bool:
+    """Whether the search configuration's method generates each path in one pass to its end
+    (its paths start together and end apart: sized at their KV peak, `plan_input`)."""
+    return _one_pass(make_strategy(search))
 
 
 def search_shape(search, seq_len: int) -> dict:
@@ -74,7 +97,7 @@ def search_shape(search, seq_len: int) -> dict:
 def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
                hardware: HardwareSpec, seq_len: int | None = None,
                verifier_floor: int = 0, generator_floor: int = 0,
-               tree_len: int | None = None) -> PlanInput:
+               tree_len: int | None = None, peak_len: int | None = None) -> PlanInput:
     """The workload the planner sizes a run for.
 
     N = search n beams; S = S_dec = `seq_len` if given (a measured mean path length), else
@@ -83,7 +106,9 @@ def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
     S_cache = S_dec / 2. Under the guess, a method whose paths decode to their end in one pass
     (best-of-N, self-consistency: they start together and end apart) is sized at the KV peak
     of such lengths (`PlanInput.decode_peak_len` = `uniform_peak_len`), not at every path
-    holding the mean at once; a measured or given length is taken as every path's. Prefix
+    holding the mean at once; with a measured length, at `peak_len` (a measured peak,
+    `measured_peak_len`) when given; a length given in `runtime.plan_seq_len` is taken as
+    every path's. Prefix
     sharing and the reuse term follow the method (`search_shape`); `tree_len`: the measured
     tree size per path (tokens; `PlanInput`). `verifier_floor`, `generator_floor`: see
     `PlanInput` (bytes).
@@ -92,14 +117,16 @@ def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
         ValueError: a size below 1 (see `PlanInput`).
         fasttts.search.SearchConfigError: the search configuration is invalid.
     """
-    guessed = not (seq_len or cfg.runtime.plan_seq_len)
+    given = cfg.runtime.plan_seq_len
+    guessed = not (seq_len or given)
     max_new = cfg.search.max_tokens
-    seq_len = min(seq_len or cfg.runtime.plan_seq_len or GUESSED_PROMPT_LEN + max_new // 2,
+    seq_len = min(seq_len or given or GUESSED_PROMPT_LEN + max_new // 2,
                   cfg.generator.max_model_len)
     shape = search_shape(cfg.search, seq_len)
     peak = None
-    if guessed and _one_pass(make_strategy(cfg.search)):
-        peak = min(seq_len, uniform_peak_len(GUESSED_PROMPT_LEN, max_new))
+    if not given and one_pass(cfg.search):
+        peak = uniform_peak_len(GUESSED_PROMPT_LEN, max_new) if guessed else peak_len
+    peak = None if peak is None else max(1, min(seq_len, peak))
     return PlanInput(memory_bytes=budget, generator=generator, verifier=verifier,
                      hardware=hardware, num_requests=cfg.search.n, verifier_len=seq_len,
                      decode_len=seq_len, decode_peak_len=peak, verifier_floor=verifier_floor,
@@ -110,11 +137,12 @@ def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
 def plan_for_run(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
                  hardware: HardwareSpec, allow_offload: bool,
                  verifier_min_tokens: int, seq_len: int | None = None,
-                 generator_min_tokens: int = 0,
-                 tree_len: int | None = None) -> tuple[MemoryPlan, int]:
+                 generator_min_tokens: int = 0, tree_len: int | None = None,
+                 peak_len: int | None = None) -> tuple[MemoryPlan, int]:
     """The plan a run applies, and the verifier's KV-cache size under it (bytes).
 
-    The workload is `plan_input(cfg, budget, ..., seq_len, tree_len=tree_len)`. Without
+    The workload is `plan_input(cfg, budget, ..., seq_len, tree_len=tree_len,
+    peak_len=peak_len)`. Without
     offloading the verifier gets what B_pre sequences need, but at least
     `verifier_min_tokens` tokens (one longest sequence; the plan's B_dec counts that floor),
     plus the share of the leftover memory the reuse term gives it, and the generator the rest
@@ -126,6 +154,6 @@ def plan_for_run(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
     floor = verifier_min_tokens * verifier.kv_bytes_per_token
     plan = plan_memory(plan_input(cfg, budget, generator, verifier, hardware, seq_len, floor,
                                   generator_min_tokens * generator.kv_bytes_per_token,
-                                  tree_len),
+                                  tree_len, peak_len),
                        allow_offload)
     return plan, budget if plan.offload else plan.verifier_kv_bytes

@@ -5,7 +5,9 @@ The roofline planner (`fasttts.runtime.memory_planner`) sizes the KV split and t
 for one workload: N beams of about S tokens. Both change between requests: a request asks for
 another n, and the paths' real lengths differ from the first guess (256 + max_tokens / 2).
 `Replanner` keeps the plan in force and, before each request, plans for that request's n and
-the mean path length measured over the last `window` requests, and for the search tree size W
+the mean path length measured over the last `window` requests (and, for best-of-N and
+self-consistency, whose paths start together and end apart, their measured KV peak per
+path, `fasttts.runtime.plan_workload.measured_peak_len`), and for the search tree size W
 measured on the last requests of the same search shape (method, n, beam_width, granularity;
 else the planner's estimate; the `MAX_SHAPES` shapes used last are remembered, so clients
 that vary their requests cannot grow the server's memory):
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 
 from fasttts.perf.specs import HardwareSpec, ModelSpec
 from fasttts.runtime.memory_planner import MemoryPlan, plan_within
-from fasttts.runtime.plan_workload import plan_for_run, plan_input
+from fasttts.runtime.plan_workload import measured_peak_len, one_pass, plan_for_run, plan_input
 
 __all__ = ["MAX_SHAPES", "Replan", "Replanner"]
 
@@ -95,6 +97,7 @@ class Replanner:
         self.generator_kv_bytes, self.verifier_kv_bytes = generator_kv_bytes, verifier_kv_bytes
         self.min_shift = min_shift
         self._lengths: deque[float] = deque(maxlen=window)
+        self._peaks: deque[float] = deque(maxlen=window)
         self._trees: OrderedDict[tuple, deque[float]] = OrderedDict()
         self._window = window
         self.num_replans = self.num_resplits = 0
@@ -107,11 +110,13 @@ class Replanner:
                 search=None) -> None:
         """Record one finished request: its prompt length and the generated length of each
         returned path (tokens), and the size of its largest search tree (`tree_tokens`,
-        `SearchResult.tree_tokens`) under `search` (its SearchConfig). A request that
-        returned no path is ignored."""
+        `SearchResult.tree_tokens`) under `search` (its SearchConfig); for a one-pass method
+        (`one_pass`) also its paths' KV peak. A request that returned no path is ignored."""
         if not path_tokens:
             return
         self._lengths.append(prompt_tokens + statistics.fmean(path_tokens))
+        if search is not None and one_pass(search):
+            self._peaks.append(measured_peak_len(prompt_tokens, path_tokens))
         if tree_tokens and search is not None:
             shape = self._shape(search)
             trees = self._trees.setdefault(shape, deque(maxlen=self._window))
@@ -133,6 +138,12 @@ class Replanner:
         return max(1, round(statistics.fmean(trees))) if trees else None
 
     @property
+    def measured_peak_len(self) -> int | None:
+        """Mean measured KV peak per path (tokens) of the one-pass requests in the window;
+        None before any."""
+        return round(statistics.fmean(self._peaks)) if self._peaks else None
+
+    @property
     def measured_len(self) -> int | None:
         """Mean path length (tokens, prompt included) over the window; None before any."""
         return round(statistics.fmean(self._lengths)) if self._lengths else None
@@ -149,12 +160,12 @@ class Replanner:
         if not resplit and self.plan.offload:
             return None  # an offload plan's caps assume each model has all of M
         seq_len = None if cfg.runtime.plan_seq_len else self.measured_len
-        tree_len = self.measured_tree_len(cfg.search)
+        tree_len, peak = self.measured_tree_len(cfg.search), self.measured_peak_len
         inp = plan_input(cfg, self.budget, self.generator, self.verifier, self.hardware, seq_len,
-                         tree_len=tree_len)
+                         tree_len=tree_len, peak_len=peak)
         best, ver_kv = plan_for_run(cfg, self.budget, self.generator, self.verifier,
                                     self.hardware, self.allow_offload, self.verifier_min_tokens,
-                                    seq_len, self.generator_min_tokens, tree_len)
+                                    seq_len, self.generator_min_tokens, tree_len, peak)
         gen_kv = self.budget if best.offload else self.budget - ver_kv
         shift = abs(ver_kv - self.verifier_kv_bytes) / self.budget
         kept = None
