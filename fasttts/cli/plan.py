@@ -29,7 +29,8 @@ _DESCRIPTION = ("Split a GPU's KV-cache memory between the generator and the ver
 OFFLOAD_LABEL = "offload (simulated only)"
 
 #: The `PlanInput` fields with a flag, and the flags' defaults where the field has none.
-_WORKLOAD_FLAGS = ("num_requests", "memory_bytes", "verifier_len", "decode_len", "cache_len")
+_WORKLOAD_FLAGS = ("num_requests", "memory_bytes", "verifier_len", "decode_len",
+                   "decode_peak_len", "cache_len")
 _WORKLOAD_DEFAULTS = {"num_requests": 64, "memory_bytes": None, "verifier_len": 1024,
                       "decode_len": 1024}
 
@@ -101,7 +102,8 @@ def _plan(args: argparse.Namespace):
     shape = search_shape(search, min(args.verifier_len, args.decode_len))
     inp = PlanInput(memory_bytes=args.kv_budget or room, generator=gen, verifier=ver,
                     hardware=hw, num_requests=args.n, verifier_len=args.verifier_len,
-                    decode_len=args.decode_len, cache_len=args.cache_len, **shape)
+                    decode_len=args.decode_len, decode_peak_len=args.decode_peak_len,
+                    cache_len=args.cache_len, **shape)
     alt = None if args.no_offload else offload_plan(inp)
     try:
         plan = plan_memory(inp, allow_offload=False)
@@ -153,8 +155,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     inp, plan, alt, static = _plan(args)
     _print_plans(inp, static, plan, alt)
     width = min(shutil.get_terminal_size().columns, 100)
+    peak = (f", KV peak {inp.decode_peak_len} a path when all N run at once"
+            if inp.decode_peak_len else "")
     print(f"workload: N={args.n} paths, S={args.verifier_len}, S_dec={args.decode_len}, "
-          f"S_cache={inp.s_cache} tokens (times predicted by the roofline model)")
+          f"S_cache={inp.s_cache} tokens{peak} (times predicted by the roofline model)")
     print(f"search: {args.method}: {inp.iterations} iterations, search tree {inp.tree_tokens} "
           f"tokens")
     for line in [*explain_plan(inp, plan, static, alt, considered=not args.no_offload),
