@@ -196,9 +196,8 @@ class PlanInput:
     def kv_gen_all(self) -> int:
         """KV bytes per generator sequence when the batch holds all N at once: at
         `decode_peak_len` when set, else `kv_gen`."""
-        if self.decode_peak_len is None:
-            return self.kv_gen
-        return self._held(self.decode_peak_len) * self.generator.kv_bytes_per_token
+        length = self.decode_peak_len or self.decode_len
+        return self._held(length) * self.generator.kv_bytes_per_token
 
     @property
     def s_cache(self) -> int:

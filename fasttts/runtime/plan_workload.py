@@ -108,10 +108,9 @@ def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
     of such lengths (`PlanInput.decode_peak_len` = `uniform_peak_len`), not at every path
     holding the mean at once; with a measured length, at `peak_len` (a measured peak,
     `measured_peak_len`) when given; a length given in `runtime.plan_seq_len` is taken as
-    every path's. Prefix
-    sharing and the reuse term follow the method (`search_shape`); `tree_len`: the measured
-    tree size per path (tokens; `PlanInput`). `verifier_floor`, `generator_floor`: see
-    `PlanInput` (bytes).
+    every path's. Prefix sharing and the reuse term follow the method (`search_shape`);
+    `tree_len`: the measured tree size per path (tokens; `PlanInput`). `verifier_floor`,
+    `generator_floor`: see `PlanInput` (bytes).
 
     Raises:
         ValueError: a size below 1 (see `PlanInput`).
