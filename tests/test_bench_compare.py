@@ -341,11 +341,12 @@ def test_the_datasets_take_turns_so_a_cut_run_holds_each_alike():
     assert len({i for _, i in got}) == 4  # two distinct problems of each
 
 
-@pytest.mark.parametrize("name, dtype", [("real_ablation_fp32_n16", None),
-                                         ("real_ablation_bf16_n16", "bfloat16")])
-def test_the_committed_real_engine_rows_resume_under_the_recipe_command(name, dtype):
+@pytest.mark.parametrize("name, n, dtype", [("real_ablation_fp32_n16", 16, None),
+                                            ("real_ablation_bf16_n16", 16, "bfloat16"),
+                                            ("real_ablation_fp32_n8", 8, None)])
+def test_the_committed_real_engine_rows_resume_under_the_recipe_command(name, n, dtype):
     """benchmarks/results/NAME holds the rows of `fasttts bench real-ablation --problems 10
-    --n 16 [--dtype DTYPE] --out <it>` as far as they were run (the protocol takes more hours
+    --n N [--dtype DTYPE] --out <it>` as far as they were run (the protocol takes more hours
     than one machine session): rerunning that command must resume them, so the folder's
     config must be the recipe's plan with those options."""
     import argparse
@@ -354,7 +355,7 @@ def test_the_committed_real_engine_rows_resume_under_the_recipe_command(name, dt
     from fasttts.jsonio import read_json
 
     folder = Path(__file__).resolve().parents[1] / "benchmarks/results" / name
-    args = argparse.Namespace(problems=10, ns=(16,), quick=False, dtype=dtype)
+    args = argparse.Namespace(problems=10, ns=(n,), quick=False, dtype=dtype)
     plan = compare.with_args(real_ablation.plan(False), args)
     assert read_json(folder / "config.json") == {
         "recipe": "real-ablation", "quick": False, "plan": plan.as_config()}
