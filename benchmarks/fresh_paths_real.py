@@ -79,9 +79,10 @@ def _call(verifiers: dict, mode: str, reqs, names) -> tuple[float, list[list[flo
 def _simulated(verifiers: dict, reqs, dtype: str) -> dict[str, float]:
     """The simulator's seconds of one call per mode, each from an empty prefix cache."""
     from fasttts.bench.verifier_calls import SimVerifierReplay, calibration_for, waves_of
+    from fasttts.engines.platform_info import cpu_isa
 
     whole, inc = verifiers["whole"], verifiers["incremental"]
-    hw = calibration_for(dtype, None)  # the engines run fasttts's default threads
+    hw = calibration_for(dtype, None, cpu_isa())  # fasttts's default threads, this CPU
     bs = {m: v.cache_stats().block_size for m, v in verifiers.items()}
     steps = [[inc.path_ids(r.problem, r.steps[: k + 1])[0] for r in reqs if k < len(r.steps)]
              for k in range(max(len(r.steps) for r in reqs))]

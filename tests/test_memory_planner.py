@@ -133,27 +133,48 @@ def test_real_engine_plan_needs_model_specs():
 
 
 def test_cpu_engines_are_priced_on_the_calibration_of_their_threads(monkeypatch):
-    """`cpu_calibration`: the fit of the most engine threads not above the engine's, every
-    name a spec that loads, and the planner (`planner_hardware`) follows the generator's
-    threads on the CPU build of vLLM."""
+    """`cpu_calibration`: the fit of the engine's instruction set (else the dtype's first
+    listed) of the most engine threads not above the engine's, every name a spec that
+    loads, and the planner (`planner_hardware`) follows the generator's threads and this
+    CPU's instruction set on the CPU build of vLLM."""
     from fasttts.config import DEFAULT_GENERATOR, EngineConfig, RunConfig
+    from fasttts.engines import real
     from fasttts.engines.real import CPU_CALIBRATIONS, cpu_calibration, planner_hardware
     from fasttts.perf.specs import load_hardware
 
     assert cpu_calibration("float32", 1) == "cpu-epyc-fp32-1thread"
     assert cpu_calibration("float32", 2) == "cpu-epyc-fp32-2thread"
-    assert cpu_calibration("float32", 16) == "cpu-epyc-fp32-2thread"
-    assert cpu_calibration("bfloat16", 2) == "cpu-epyc-1thread"
+    assert cpu_calibration("float32", 16, "avx2") == "cpu-epyc-fp32-2thread"
+    assert cpu_calibration("float32", 2, "avx512") == "cpu-epyc-avx512-fp32-2thread"
+    assert cpu_calibration("float32", 16, "avx512") == "cpu-epyc-avx512-fp32-2thread"
+    # no AVX-512 fit of one thread: the AVX2 one (over-prices), never the 2-thread fit
+    assert cpu_calibration("float32", 1, "avx512") == "cpu-epyc-fp32-1thread"
+    assert cpu_calibration("bfloat16", 1, "avx512") == "cpu-epyc-1thread"
+    assert cpu_calibration("bfloat16", 2, "avx512") == "cpu-epyc-avx512-bf16-2thread"
+    assert cpu_calibration("bfloat16", 2) == "cpu-epyc-avx512-bf16-2thread"
+    assert cpu_calibration("bfloat16", 2, "avx2") == "cpu-epyc-avx512-bf16-2thread"
     assert cpu_calibration("float16", 1) == "cpu-epyc-fp32-1thread"
-    for by_threads in CPU_CALIBRATIONS.values():
-        for name in by_threads.values():
-            assert load_hardware(name).name == name
+    for by_isa in CPU_CALIBRATIONS.values():
+        for by_threads in by_isa.values():
+            for name in by_threads.values():
+                assert load_hardware(name).name == name
     platforms = pytest.importorskip("vllm.platforms")
     monkeypatch.setattr(platforms.current_platform, "is_cpu", lambda: True)
-    for threads in (1, 2):
-        cfg = RunConfig(generator=EngineConfig(model=DEFAULT_GENERATOR, num_threads=threads,
-                                               dtype="float32"))
-        assert planner_hardware(cfg) == f"cpu-epyc-fp32-{threads}thread"
+    for isa, names in (("avx2", {1: "cpu-epyc-fp32-1thread", 2: "cpu-epyc-fp32-2thread"}),
+                       ("avx512", {1: "cpu-epyc-fp32-1thread",
+                                   2: "cpu-epyc-avx512-fp32-2thread"})):
+        monkeypatch.setattr(real, "cpu_isa", lambda isa=isa: isa)
+        for threads in (1, 2):
+            cfg = RunConfig(generator=EngineConfig(model=DEFAULT_GENERATOR, num_threads=threads,
+                                                   dtype="float32"))
+            assert planner_hardware(cfg) == names[threads]
+
+
+def test_the_instruction_set_is_read_from_the_cpu_flags():
+    from fasttts.engines.platform_info import cpu_isa
+
+    assert cpu_isa(["avx2", "avx512f", "avx512_bf16"]) == "avx512"
+    assert cpu_isa(["avx2"]) == "avx2" and cpu_isa([]) == "avx2"
 
 
 def _verifier_calibration_module():
@@ -179,7 +200,9 @@ def test_recorded_verifier_calls_are_priced_on_the_calibration_of_their_threads(
     mod = _verifier_calibration_module()
     assert mod.recorded_hardware({"num_threads": 2, "dtype": "float32"}).name == "cpu-epyc-fp32-2thread"
     assert mod.recorded_hardware({"dtype": "float32"}).name == "cpu-epyc-fp32-1thread"
-    assert mod.recorded_hardware({"dtype": "bfloat16", "num_threads": 2}).name == "cpu-epyc-1thread"
+    assert mod.recorded_hardware({"dtype": "bfloat16", "num_threads": 1}).name == "cpu-epyc-1thread"
+    assert mod.recorded_hardware({"dtype": "float32", "num_threads": 2, "cpu_isa": "avx512"}
+                                 ).name == "cpu-epyc-avx512-fp32-2thread"
     h200 = load_hardware("h200")
     assert mod.recorded_hardware({"num_threads": 2, "dtype": "float32"}, h200) is h200
 

