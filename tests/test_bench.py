@@ -44,6 +44,9 @@ def test_list_names_every_recipe_with_its_backends_and_times(capsys):
     (["bench", "all", "--out", "OUT", "--port", "9000"], "all --backend sim does not take --port"),
     (["bench", "fig12", "--out", "OUT", "--dtype", "bfloat16"],
      "fig12 --backend sim does not take --dtype"),
+    (["bench", "calibration", "--out", "OUT", "--dtype", "float32"],
+     "calibration --backend sim does not take --dtype: it takes no option beyond --out, "
+     "--quick and --backend"),
     (["bench", "real-ablation", "--out", "OUT", "--dtype", "fp8"], "invalid choice: 'fp8'"),
     (["bench", "fig12", "--out", "OUT", "--n", "8,x"], "--n takes integers >= 1"),
     (["bench", "fig12", "--out", "OUT", "--n", "0"], "--n takes integers >= 1"),
