@@ -278,6 +278,7 @@ def _meta(args: MeasureSettings, cfg, engine, engine_start_s: float, prefill_rat
     from fasttts.backends.vllm_engine import resolve_dtype
     from fasttts.engines.platform_info import cpu_isa, cpu_summary
 
+    cpu = cpu_summary()
     return {
         "model": args.model,
         "vllm_version": vllm.__version__,
@@ -285,10 +286,10 @@ def _meta(args: MeasureSettings, cfg, engine, engine_start_s: float, prefill_rat
         "num_threads": args.threads,
         "torch_num_threads": torch.get_num_threads(),
         "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
-        "cpu_model": cpu_summary()["model"] or platform.processor() or "unknown",
+        "cpu_model": cpu["model"] or platform.processor() or "unknown",
         "cpu_count": os.cpu_count(),
-        "cpu_flags": cpu_summary()["flags"],
-        "cpu_isa": cpu_isa(),
+        "cpu_flags": cpu["flags"],
+        "cpu_isa": cpu_isa(cpu["flags"]),
         "block_size": engine.vllm_config.cache_config.block_size,
         "kv_cache_memory_bytes": cfg.kv_cache_memory_bytes,
         "max_num_batched_tokens": args.max_batched_tokens,
