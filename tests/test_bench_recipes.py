@@ -198,6 +198,52 @@ def test_real_recipes_refuse_without_vllm(recipe, no_engine, tmp_path, monkeypat
     assert not (tmp_path / "o").exists()
 
 
+class _Closed:
+    """A stand-in engine that only closes."""
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("dtype", [None, "auto", "float32"])
+def test_verifier_modes_runs_its_engines_in_the_given_dtype(dtype, tmp_path, monkeypatch,
+                                                             capsys):
+    """--dtype reaches the engines (`_build`) and, unless auto, the folder's configuration;
+    a folder made without it (auto) resumes without it and is refused under float32, its
+    files unchanged."""
+    from fasttts.bench import verifier_modes
+    from fasttts.bench.store import BenchDirError
+
+    built = []
+    monkeypatch.setattr(verifier_modes, "_build",
+                        lambda out, keep, dtype="auto": built.append((keep, dtype))
+                        or (_Closed(), _Closed()))
+    monkeypatch.setattr(verifier_modes, "require_vllm", lambda what: None)
+    row = {"problem_id": "p", "iterations": 1, "generator_s": 1.0, "scoring_calls": 1,
+           "verifier_s": {"whole": 4.0, "incremental": 1.0}, "same_top": 1,
+           "prefix_hit_rate": {"whole": 0.0, "incremental": 0.5}, "max_score_diff": 0.0,
+           "steps_compared": 2}
+    monkeypatch.setattr(verifier_modes, "_run_problem", lambda gen, dual, search, p: row)
+    assert RECIPES["verifier-modes"].main(_args(tmp_path / "v", backend="vllm",
+                                                dtype=dtype)) == 0
+    assert built == [(4, dtype or "auto")]
+    cfg, rows = _rows(tmp_path / "v")
+    assert cfg.get("dtype") == ("float32" if dtype == "float32" else None)
+    assert "ratio x4.00" in capsys.readouterr().out
+    old = dict(cfg)
+    old.pop("dtype", None)
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "config.json").write_text(json.dumps(old))
+    args = _args(tmp_path / "w", backend="vllm", dtype=dtype)
+    if dtype == "float32":
+        with pytest.raises(BenchDirError, match=r"differs in dtype"):
+            RECIPES["verifier-modes"].main(args)
+        assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["config.json"]
+    else:
+        assert RECIPES["verifier-modes"].main(args) == 0
+    assert json.loads((tmp_path / "w" / "config.json").read_text()) == old
+
+
 @pytest.mark.parametrize("recipe", ["verifier-modes", "verifiers"])
 def test_real_only_recipes_refuse_the_simulator(recipe, no_engine, tmp_path, capsys):
     from fasttts.cli import main

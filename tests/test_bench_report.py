@@ -281,6 +281,25 @@ def test_the_platform_of_a_real_run_names_the_cpu_dtype_threads_and_avx512_bf16(
                     "float32, 2 threads; no verifier model; AVX-512-BF16: no")
 
 
+@pytest.mark.parametrize("recipe", ["verifier-modes", "calibration"])
+@pytest.mark.parametrize("dtype", [None, "float32"])
+def test_a_real_recipe_without_run_configs_records_the_dtype_it_was_given(recipe, dtype,
+                                                                         monkeypatch):
+    """The engines of a real-engine recipe that names none are the default ones, in --dtype
+    where it was given (not auto's bfloat16 on a BF16 host while the engines ran float32)."""
+    from fasttts.engines import platform_info
+
+    seen = []
+    monkeypatch.setattr(platform_info, "run_platform", lambda cfg: seen.append(cfg) or {})
+    args = argparse.Namespace(backend="vllm", dtype=dtype)
+    assert RECIPES[recipe].run_configs is None
+    _platform(RECIPES[recipe], args)
+    (cfg,) = seen
+    assert cfg.backend == "vllm"
+    assert cfg.generator.dtype == cfg.verifier.engine.dtype == (dtype or "auto")
+    assert cfg.generator.model == RunConfig().generator.model
+
+
 def test_a_damaged_run_json_is_moved_aside_and_the_report_says_so(runs, tiny, capsys):
     folder = runs / "sart-latency"
     (folder / "run.json").write_text('{"runs": [1, 2]}')

@@ -204,7 +204,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("verifier-modes", "whole-path vs incremental verification, same scoring calls of "
            "one beam search, n = 16, MATH-500 (this project's own; real engine only)",
            ("vllm",), "vllm ~13 min (estimate)", "vllm ~50 min (estimate)",
-           *_hooks("verifier_modes"), options=("max_tokens", "seed")),
+           *_hooks("verifier_modes"), options=("max_tokens", "seed", "dtype")),
     Recipe("verifiers", "which verifier ranks the 0.5B generator's completions best: "
            "confidence vs the OVM head, GSM8K (this project's own; real engine only)",
            ("vllm",), "vllm ~20 min (estimate)", "vllm ~8 h (estimate)",

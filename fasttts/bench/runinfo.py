@@ -56,16 +56,28 @@ def git_commit() -> tuple[str | None, bool | None]:
         return None, None
 
 
+def _default_engines(dtype: str | None):
+    """The default engines' `RunConfig` on vllm, both in `dtype` (None: their default, auto)."""
+    from fasttts.config import RunConfig
+
+    cfg = RunConfig(backend="vllm")
+    if dtype is None:
+        return cfg
+    engine = cfg.verifier.engine.model_copy(update={"dtype": dtype})
+    return cfg.model_copy(update={
+        "generator": cfg.generator.model_copy(update={"dtype": dtype}),
+        "verifier": cfg.verifier.model_copy(update={"engine": engine})})
+
+
 def _platform(recipe, args) -> tuple[list[dict], str]:
     """The platforms of the run's engines (`Recipe.run_configs`) and one line of them."""
-    from fasttts.config import RunConfig
     from fasttts.engines.platform_info import describe_platform, run_platform
 
     try:
         if recipe.run_configs is not None:
             configs = recipe.run_configs(args)
-        elif args.backend == "vllm":  # the host, dtype and threads of the default engines
-            configs = [RunConfig(backend="vllm")]
+        elif args.backend == "vllm":  # the host, dtype (--dtype) and threads of the default engines
+            configs = [_default_engines(getattr(args, "dtype", None))]
         else:
             return [{"backend": "sim"}], "simulated (the recipe does not name its device)"
         platforms = [run_platform(c) for c in configs]

@@ -114,8 +114,10 @@ class DualVerifier(Verifier):
             v.close()
 
 
-def _build(out: Path, keep: int):
-    """The generator and the `DualVerifier` (module docstring), recording into out/calls.jsonl."""
+def _build(out: Path, keep: int, dtype: str = "auto"):
+    """The generator and the `DualVerifier` (module docstring), all three engines in `dtype`
+    ("auto": this CPU's, `fasttts.backends.vllm_engine.resolve_dtype`), recording into
+    out/calls.jsonl."""
     from fasttts.backends.vllm_engine import resolve_dtype
     from fasttts.backends.vllm_generator import VLLMGenerator
     from fasttts.bench.verifier_calls import MAX_MODEL_LEN
@@ -126,8 +128,9 @@ def _build(out: Path, keep: int):
 
     folder = math_shepherd_checkpoint(Path(tempfile.mkdtemp()) / "ms", DEFAULT_GENERATOR)
     gen = VLLMGenerator(EngineConfig(model=DEFAULT_GENERATOR, kv_cache_memory_bytes=GiB,
-                                     max_model_len=4096))
-    vcfg = EngineConfig(model=str(folder), kv_cache_memory_bytes=GiB, max_model_len=MAX_MODEL_LEN)
+                                     max_model_len=4096, dtype=dtype))
+    vcfg = EngineConfig(model=str(folder), kv_cache_memory_bytes=GiB, max_model_len=MAX_MODEL_LEN,
+                        dtype=dtype)
     whole = MathShepherdVerifier(vcfg, incremental=False)
     inc = MathShepherdVerifier(vcfg, incremental=True)
     engine = {"num_threads": vcfg.num_threads, "dtype": resolve_dtype(vcfg.dtype),
@@ -186,7 +189,9 @@ def _keep_calls_of(path: Path, done: set[str]) -> None:
 
 def main(args) -> int:
     """`fasttts bench verifier-modes --backend vllm [--quick] --out DIR [--max-tokens T]
-    [--seed S]`: the problems not in DIR yet, DIR/summary.json, the table.
+    [--seed S] [--dtype D]`: the problems not in DIR yet, DIR/summary.json, the table. The
+    engines run in D (default auto: this CPU's); a D other than auto is part of DIR's
+    configuration (a folder made without --dtype ran auto and resumes under it).
 
     Raises (all before an engine starts):
         BenchDirError: --out unusable or holding another configuration.
@@ -200,18 +205,20 @@ def main(args) -> int:
     require_vllm("verifier-modes")
     dataset, offset, limit, n, width, max_tokens = SIZES[args.quick]
     max_tokens = args.max_tokens or max_tokens
+    dtype = getattr(args, "dtype", None) or "auto"
     problems = load_dataset(dataset, limit, offset=offset)
     search = SearchConfig(method="beam_search", n=n, beam_width=width, max_tokens=max_tokens,
                           seed=args.seed)
     config = {"recipe": "verifier-modes", "backend": "vllm", "quick": args.quick,
               "dataset": dataset, "offset": offset, "problems": [p.id for p in problems],
-              "n": n, "beam_width": width, "max_tokens": max_tokens, "seed": args.seed}
+              "n": n, "beam_width": width, "max_tokens": max_tokens, "seed": args.seed,
+              **({"dtype": dtype} if dtype != "auto" else {})}
     with RowStore(out, config) as store:
         _keep_calls_of(out / "calls.jsonl", store.done)
         todo = [p for p in problems if p.id not in store.done]
         if todo:
             out.mkdir(parents=True, exist_ok=True)
-            gen, dual = _build(out, max(1, n // width))
+            gen, dual = _build(out, max(1, n // width), dtype)
             try:
                 for problem in progress(todo, "verifier-modes problems"):
                     store.append(problem.id, _run_problem(gen, dual, search, problem), [])

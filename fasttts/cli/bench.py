@@ -73,7 +73,8 @@ def add_parser(sub, parents: list) -> None:
     p.add_argument("--dtype", default=None, choices=("auto", "bfloat16", "float16", "float32"),
                    help="comparison recipes on --backend vllm (real-ablation): both engines' "
                         "dtype instead of the recipe's (float32); calibration --backend vllm: "
-                        "the measured engine's (default: auto, this CPU's)")
+                        "the measured engine's; verifier-modes: its three engines' (default: "
+                        "auto, this CPU's)")
     p.add_argument("--port", type=int, default=None,
                    help=f"sart-latency --backend vllm: the loopback port (default: "
                         f"{SHARED_OPTIONS['port'][1]})")
