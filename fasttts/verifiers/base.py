@@ -30,8 +30,9 @@ AGG_STRATEGIES = typing.get_args(AggStrategy)
 #: Math-Shepherd steps and 8e-3 on a GSM8K search measured, 2e-2 allowed; float16 (11-bit
 #: mantissa): 8x finer than bfloat16. transformers (Skywork) in bfloat16: 0.028 measured over
 #: 16 steps (its attention over a KV cache of another length rounds differently again), 5e-2
-#: allowed. The exactness tests of the real verifiers use these; searches rank scores closer
-#: than them as tied (`Verifier.score_tolerance`).
+#: allowed. The exactness tests of the real verifiers use these, and a search counts a
+#: selection among scores closer than them as a near tie (`Verifier.score_tolerance`,
+#: `fasttts.search.base.has_near_tie`); it still ranks them by their exact scores.
 SCORE_TOLERANCE = {
     "vllm": {"float32": 1e-5, "bfloat16": 2e-2, "float16": 2.5e-3},
     "transformers": {"float32": 1e-5, "bfloat16": 5e-2, "float16": 6e-3},
