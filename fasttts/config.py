@@ -222,6 +222,13 @@ class SearchConfig(_Strict):
         lookahead: search-and-learn's greedy lookahead k: a new step is scored after k more
             greedy (temperature 0) steps from it (steps; 0 = off), for the methods that select
             between paths (`SearchStrategy.selects_paths`).
+        tie_tolerance: width of the bins (logits of the aggregated score, log(s / (1 - s)))
+            within which a selection ranks paths as tied and orders them by a hash of their
+            text instead (`fasttts.search.base.by_score`), for the methods that select
+            between paths: a selection then stays the same under scoring noise much smaller
+            than the width (float32 vLLM verifiers: up to about 2e-5 logits between
+            whole-path and incremental scoring, measured in docs/benchmarks.md). 0 ranks by
+            exact scores, as search-and-learn does.
         granularity: verify and branch every g steps, VG-search's g (steps).
         branch_temperature: softmax temperature of the branching over path scores (lower =
             more children for the best paths).
@@ -249,6 +256,7 @@ class SearchConfig(_Strict):
     seed: int = 0
     system_prompt: str | None = None
     lookahead: int = Field(default=0, ge=0)
+    tie_tolerance: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
     granularity: int = Field(default=2, gt=0)
     branch_temperature: float = Field(default=0.2, gt=0.0)
     sart_m: int | None = Field(default=None, gt=0)

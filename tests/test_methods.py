@@ -191,6 +191,9 @@ def test_lookahead_scores_a_step_by_its_greedy_rollout():
     ({"method": "vg_search", "n": 4, "beam_width": 3}, "vg_search needs n to be a positive multiple"),
     ({"method": "self_consistency", "n": 4, "lookahead": 1}, "lookahead=1 applies to methods"),
     ({"method": "sart", "n": 4, "lookahead": 2}, "not sart"),
+    ({"method": "self_consistency", "n": 4, "tie_tolerance": 0.01},
+     "tie_tolerance=0.01 applies to methods that select between paths \\(beam_search, dvts"),
+    ({"method": "sart", "n": 4, "tie_tolerance": 1}, "not sart; use tie_tolerance=0.0"),
     ({"method": "beam_search", "n": 4, "beam_width": 2, "granularity": 3}, "granularity is a parameter of method vg_search"),
 ])
 def test_method_config_errors_say_what_is_allowed(kw, msg):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 
 import pytest
 from pydantic import ValidationError
@@ -11,7 +12,7 @@ from fasttts.config import SearchConfig
 from fasttts.runtime.generation import GenerationTrace, StepRequest, beam_seed, extend_beams
 from fasttts.runtime.loop import PromptTooLongError, SearchRunner
 from fasttts.search import SearchConfigError, make_strategy
-from fasttts.search.base import by_score, fan_out
+from fasttts.search.base import by_score, fan_out, tie_bin
 from fasttts.beam import Beam
 from tests.scripted import ScriptedGenerator, ScriptedVerifier
 
@@ -135,6 +136,43 @@ def test_ties_are_broken_by_content_not_by_beam_id():
     assert picked == sorted(texts, key=lambda t: hashlib.blake2b(t.encode(), digest_size=8).digest())[:4]
     same = [Beam(beam_id=i, text="same", score=0.5) for i in (5, 3, 9)]
     assert [b.beam_id for b in by_score(same)] == [3, 5, 9]
+
+
+def test_tie_bins_are_logit_bins():
+    assert tie_bin(0.3, 0.0) == 0.3  # no tolerance: the score itself
+    assert tie_bin(0.5, 0.01) == 0.0
+    assert tie_bin(0.7, 0.01) == 84.0  # logit(0.7) = 0.8473
+    assert tie_bin(0.3, 0.01) == -85.0  # logit(0.3) = -0.8473
+    assert tie_bin(6.5761655e-05, 0.01) == tie_bin(6.5761029e-05, 0.01) == -963.0
+    assert tie_bin(0.0, 0.01) == -math.inf and tie_bin(1.0, 0.01) == math.inf
+
+
+def test_tie_tolerance_ranks_a_bin_by_text_and_the_rest_by_score():
+    h = {t: hashlib.blake2b(t.encode(), digest_size=8).digest() for t in ("x", "y")}
+    lo, hi = sorted(("x", "y"), key=h.get)  # lo ranks first among tied beams
+    near = [Beam(beam_id=1, text=hi, score=0.7 + 1e-9), Beam(beam_id=2, text=lo, score=0.7)]
+    assert [b.text for b in by_score(near)] == [hi, lo]  # exact scores
+    assert [b.text for b in by_score(near, 1e-3)] == [lo, hi]  # one bin: the text's hash
+    far = [Beam(beam_id=1, text=hi, score=0.6), Beam(beam_id=2, text=lo, score=0.3)]
+    assert [b.text for b in by_score(far, 1e-3)] == [hi, lo]
+
+
+def test_tie_tolerance_keeps_a_near_tie_selection_stable():
+    # C (0.7) and D (0.7 +- 1e-9) tie within float noise. Exact ranking keeps the higher, so
+    # the nudge's sign decides which subtree the search goes on with; a tolerance of 1e-3
+    # logits keeps the one whose text ranks first (D's), whichever is higher.
+    def kept(nudge, tol):
+        gen = ScriptedGenerator(SCRIPT)
+        cfg = SearchConfig(method="beam_search", n=4, beam_width=2, num_iterations=2,
+                           tie_tolerance=tol)
+        ver = ScriptedVerifier({**SCORES, "D": 0.7 + nudge}, gen)
+        res = SearchRunner(gen, ver, cfg, "last").run("problem", "p0")
+        return sorted({b.text.split("\n\n")[0] for b in res.completions})
+
+    assert kept(1e-9, 0.0) == ["A", "D"] and kept(-1e-9, 0.0) == ["A", "C"]
+    rank = {t: hashlib.blake2b(f"{t}\n\n".encode(), digest_size=8).digest() for t in "CD"}
+    first = min("CD", key=rank.get)
+    assert kept(1e-9, 1e-3) == kept(-1e-9, 1e-3) == ["A", first]
 
 
 def test_token_budget_finishes_a_beam_with_length():

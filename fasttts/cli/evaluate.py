@@ -84,7 +84,8 @@ def _run(args: argparse.Namespace, cfg, problems: list, todo: list, store) -> di
 
 def single_sample_search(search):
     """The search's settings for its single-sample baseline: `GREEDY_BASELINE`, with the
-    method's own parameters (and lookahead) left out, as self-consistency has none."""
+    method's own parameters and the selection parameters left out, as self-consistency has
+    none."""
     from fasttts.config import SearchConfig
     from fasttts.search import GIVEN_ONLY
 

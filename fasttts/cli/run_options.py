@@ -117,7 +117,7 @@ def _add_search_options(p: argparse.ArgumentParser, search: bool) -> None:
     lookahead reach the config only when given. Without `search` (the server: each request
     brings its search), no flags, only their defaults."""
     from fasttts.options import add_flags, flag_defaults
-    from fasttts.search import GIVEN_ONLY, METHOD_PARAMS, METHODS, methods_that
+    from fasttts.search import GIVEN_ONLY, METHOD_PARAMS, METHODS, SELECTION_PARAMS, methods_that
 
     if not search:
         for model, name in _search_flags():
@@ -125,7 +125,7 @@ def _add_search_options(p: argparse.ArgumentParser, search: bool) -> None:
         return
     s = p.add_argument_group("search")
     notes = {"method": f": {', '.join(sorted(METHODS))}",
-             "lookahead": f": {', '.join(methods_that('selects_paths'))}"}
+             **dict.fromkeys(SELECTION_PARAMS, f": {', '.join(methods_that('selects_paths'))}")}
     prefixes = {name: f"{owner}: " for name, owner in METHOD_PARAMS.items()}
     for model, name in _search_flags():
         add_flags(s, model, [name], given_only=GIVEN_ONLY, notes=notes, prefixes=prefixes)

@@ -11,8 +11,8 @@ from fasttts.search.sart import SART
 from fasttts.search.self_consistency import SelfConsistency
 from fasttts.search.vg_search import VGSearch
 
-__all__ = ["GIVEN_ONLY", "METHODS", "METHOD_PARAMS", "SearchConfigError", "SearchStrategy",
-           "check_runtime", "check_search", "make_strategy", "methods_that", "runtime_defaults"]
+__all__ = ["GIVEN_ONLY", "METHODS", "METHOD_PARAMS", "SELECTION_PARAMS", "SearchConfigError",
+           "SearchStrategy", "check_runtime", "check_search", "make_strategy", "methods_that", "runtime_defaults"]
 
 #: Search methods by name.
 METHODS: dict[str, type[SearchStrategy]] = {cls.name: cls for cls in (
@@ -22,10 +22,15 @@ METHODS: dict[str, type[SearchStrategy]] = {cls.name: cls for cls in (
 #: Method-specific `SearchConfig` fields and the method they belong to (`own_params`).
 METHOD_PARAMS = {param: cls.name for cls in METHODS.values() for param in cls.own_params}
 
+#: The `SearchConfig` fields that act on the selection between paths: greedy lookahead and
+#: the tie tolerance; a method that does not select paths (`SearchStrategy.selects_paths`)
+#: refuses them off their defaults (`check_search`).
+SELECTION_PARAMS = ("lookahead", "tie_tolerance")
+
 #: The `SearchConfig` fields a front end passes on only when the user gives them, since
-#: giving one is a choice the method's rules look at (`check_search`): greedy lookahead
-#: (methods that select paths) and each method's own parameters.
-GIVEN_ONLY = ("lookahead", *METHOD_PARAMS)
+#: giving one is a choice the method's rules look at (`check_search`): the
+#: `SELECTION_PARAMS` (methods that select paths) and each method's own parameters.
+GIVEN_ONLY = (*SELECTION_PARAMS, *METHOD_PARAMS)
 
 
 def methods_that(trait: str) -> list[str]:
@@ -40,8 +45,8 @@ def check_search(cfg: SearchConfig) -> None:
 
     Raises:
         SearchConfigError: unknown method (lists the methods), a parameter of another method
-            set explicitly, greedy lookahead for a method that does not select paths, or
-            parameters the method refuses (`SearchStrategy.check`).
+            set explicitly, one of `SELECTION_PARAMS` off its default for a method that does
+            not select paths, or parameters the method refuses (`SearchStrategy.check`).
     """
     if cfg.method not in METHODS:
         raise SearchConfigError(
@@ -52,10 +57,13 @@ def check_search(cfg: SearchConfig) -> None:
         if owner is not None and owner != cfg.method:
             raise SearchConfigError(f"{name} is a parameter of method {owner}, not of "
                                     f"{cfg.method}; drop it or use --method {owner}")
-    if cfg.lookahead and not METHODS[cfg.method].selects_paths:
-        raise SearchConfigError(
-            f"lookahead={cfg.lookahead} applies to methods that select between paths "
-            f"({', '.join(methods_that('selects_paths'))}), not {cfg.method}; use lookahead=0")
+    for name in SELECTION_PARAMS:
+        off = SearchConfig.model_fields[name].default
+        if getattr(cfg, name) != off and not METHODS[cfg.method].selects_paths:
+            raise SearchConfigError(
+                f"{name}={getattr(cfg, name)} applies to methods that select between paths "
+                f"({', '.join(methods_that('selects_paths'))}), not {cfg.method}; use "
+                f"{name}={off}")
     METHODS[cfg.method].check(cfg)
 
 

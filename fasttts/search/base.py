@@ -11,6 +11,7 @@ problem: the runner makes a fresh one per search, so strategies may keep per-sea
 from __future__ import annotations
 
 import hashlib
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import ClassVar
@@ -19,7 +20,7 @@ from fasttts.beam import Beam
 from fasttts.config import SearchConfig
 
 __all__ = ["TREE_LINEAGE_DIVISOR", "SearchConfigError", "SearchStrategy", "by_score", "fan_out",
-           "has_near_tie", "require_multiple"]
+           "has_near_tie", "require_multiple", "tie_bin"]
 
 #: c in the memory planner's estimate of a tree search's lineages, n / (c x beam_width)
 #: (`SearchStrategy.planned_lineages`): fitted to the trees the runtime measured on the
@@ -37,15 +38,37 @@ def _text_rank(beam: Beam) -> bytes:
     return hashlib.blake2b(beam.text.encode(), digest_size=8).digest()
 
 
-def by_score(beams: list[Beam]) -> list[Beam]:
+def tie_bin(score: float, width: float) -> float:
+    """The bin of an aggregated score on a grid of `width` logits (log(s / (1 - s))), the
+    ranking key of `by_score` under a tie tolerance: scores in one bin rank as tied. Binned in
+    logits because a verifier's rounding noise is about constant there (a score s moves by
+    about s (1 - s) x the logit's noise), so one width holds for scores near 0, 1/2 and 1.
+    A width of 0 returns the score itself (exact ranking); a score of 0 or 1 (or outside
+    [0, 1]) gets the bin -inf or +inf.
+    """
+    if width <= 0:
+        return score
+    if score <= 0.0 or score >= 1.0:
+        return math.inf if score >= 1.0 else -math.inf
+    return float(math.floor((math.log(score) - math.log1p(-score)) / width))
+
+
+def by_score(beams: list[Beam], tie_tolerance: float = 0.0) -> list[Beam]:
     """Beams sorted by aggregated score, best first.
 
     Equal scores are common (PRM probabilities from bf16 logits take few distinct values), so
     ties are broken by a hash of the beam's text, then by beam_id: deterministic and
     independent of submission order, without the bias of an index tie-break towards the
     children of the first kept parent (which collapses beam search onto one lineage).
+
+    Args:
+        beams: the beams to rank (`Beam.score` set).
+        tie_tolerance: `SearchConfig.tie_tolerance` (logits): scores in one `tie_bin` of this
+            width rank as tied, so by the text's hash; 0 ranks by exact scores
+            (search-and-learn).
     """
-    return sorted(beams, key=lambda b: (-b.score, _text_rank(b), b.beam_id))
+    return sorted(beams, key=lambda b: (-tie_bin(b.score, tie_tolerance), _text_rank(b),
+                                        b.beam_id))
 
 
 def has_near_tie(beams: list[Beam], tolerance: float) -> bool:
@@ -108,6 +131,11 @@ class SearchStrategy(ABC):
 
     def __init__(self, cfg: SearchConfig):
         self.cfg = cfg
+
+    def rank(self, beams: list[Beam]) -> list[Beam]:
+        """`beams` best first under the search's tie tolerance (`by_score` with
+        `SearchConfig.tie_tolerance`)."""
+        return by_score(beams, self.cfg.tie_tolerance)
 
     @classmethod
     def check(cls, cfg: SearchConfig) -> None:
@@ -179,7 +207,7 @@ class SearchStrategy(ABC):
 
     def finalize(self, completed: list[Beam]) -> list[Beam]:
         """The completions returned: at most n, best aggregated score first."""
-        return by_score(completed)[: self.cfg.n]
+        return self.rank(completed)[: self.cfg.n]
 
     def num_kept(self, completed: list[Beam]) -> int:
         """How many of the paths `completed` so far `finalize` would return now, deciding

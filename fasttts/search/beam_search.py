@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fasttts.beam import Beam
-from fasttts.search.base import SearchStrategy, by_score, fan_out, require_multiple
+from fasttts.search.base import SearchStrategy, fan_out, require_multiple
 
 __all__ = ["BeamSearch"]
 
@@ -41,4 +41,4 @@ class BeamSearch(SearchStrategy):
         return fan_out(kept, self.cfg.n, new_id)
 
     def select(self, live: list[Beam], finished: list[Beam]) -> list[Beam]:
-        return by_score(live)[: self.cfg.n // self.cfg.beam_width]
+        return self.rank(live)[: self.cfg.n // self.cfg.beam_width]

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fasttts.beam import Beam
-from fasttts.search.base import SearchStrategy, by_score, require_multiple
+from fasttts.search.base import SearchStrategy, require_multiple
 
 __all__ = ["DVTS"]
 
@@ -62,7 +62,7 @@ class DVTS(SearchStrategy):
             by_tree.setdefault(b.subtree, []).append(b)
         kept = []
         for tree in sorted(by_tree):
-            best = by_score(by_tree[tree])[0]
+            best = self.rank(by_tree[tree])[0]
             if best.finished:
                 self.answers[tree] = best
             else:
@@ -87,5 +87,5 @@ class DVTS(SearchStrategy):
             if not cur or len(b.lineage) == len(cur[0].lineage):
                 cur.append(b)
         for tree, cands in last_round.items():
-            self.answers[tree] = by_score(cands)[0]
-        return by_score(list(self.answers.values()))[: self.cfg.n // self.cfg.beam_width]
+            self.answers[tree] = self.rank(cands)[0]
+        return self.rank(list(self.answers.values()))[: self.cfg.n // self.cfg.beam_width]

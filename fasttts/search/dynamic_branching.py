@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable
 
 from fasttts.beam import Beam
-from fasttts.search.base import SearchStrategy, by_score, fan_out
+from fasttts.search.base import SearchStrategy, fan_out
 
 __all__ = ["DynamicBranching", "allocate_children"]
 
@@ -68,7 +68,7 @@ class DynamicBranching(SearchStrategy):
 
     def select(self, live: list[Beam], finished: list[Beam]) -> list[Beam]:
         self.num_completed += len(finished)
-        ranked = by_score(live)
+        ranked = self.rank(live)
         counts = allocate_children([b.score for b in ranked], self.cfg.n - self.num_completed,
                                    self.cfg.branch_temperature)
         self.counts = {b.beam_id: c for b, c in zip(ranked, counts)}

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fasttts.beam import Beam
-from fasttts.search.base import SearchConfigError, SearchStrategy, by_score
+from fasttts.search.base import SearchConfigError, SearchStrategy
 
 __all__ = ["SART"]
 
@@ -111,7 +111,7 @@ class SART(SearchStrategy):
         if not self.prune:
             return live
         rewarded = [b for b in live if b.step_scores]
-        below = [b for b in reversed(by_score(rewarded)) if b.score < self.threshold]
+        below = [b for b in reversed(self.rank(rewarded)) if b.score < self.threshold]
         cut = below[: max(0, self.max_pruned - self.num_pruned)]
         if cut:
             self.num_pruned += len(cut)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fasttts.beam import Beam
-from fasttts.search.base import SearchStrategy, by_score, fan_out, require_multiple
+from fasttts.search.base import SearchStrategy, fan_out, require_multiple
 
 __all__ = ["VGSearch"]
 
@@ -63,4 +63,4 @@ class VGSearch(SearchStrategy):
     def select(self, live: list[Beam], finished: list[Beam]) -> list[Beam]:
         if not self._round_end(self._iteration):
             return live
-        return by_score(live)[: self.cfg.n // self.cfg.beam_width]
+        return self.rank(live)[: self.cfg.n // self.cfg.beam_width]
