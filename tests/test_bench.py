@@ -52,6 +52,11 @@ def test_list_names_every_recipe_with_its_backends_and_times(capsys):
     (["bench", "fig12", "--out", "OUT", "--n", "0"], "--n takes integers >= 1"),
     (["bench", "fig12", "--out", "OUT", "--problems", "0"], "--problems must be >= 1, got 0"),
     (["bench", "sart-latency", "--out", "OUT", "--sart-t", "0"], "--sart-t must be >= 1, got 0"),
+    (["bench", "real-ablation", "--out", "OUT", "--tie-tolerance", "-0.1"],
+     "--tie-tolerance must be a finite number of logits >= 0 (0 = exact ranking), got -0.1"),
+    (["bench", "fig12", "--out", "OUT", "--tie-tolerance", "nan"], "got nan"),
+    (["bench", "sart-latency", "--out", "OUT", "--tie-tolerance", "0.01"],
+     "sart-latency --backend sim does not take --tie-tolerance"),
 ])
 def test_bad_input_exits_2_before_anything_is_written(argv, message, tmp_path, capsys):
     argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]

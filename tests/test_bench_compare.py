@@ -321,6 +321,30 @@ def test_the_command_line_sizes_and_dtype_reach_the_plan(monkeypatch, tmp_path):
     args.dtype = None
     compare.run_recipe(args, "real-ablation", real_ablation.plan(False))
     assert seen[1].dtype == "float32"
+    assert seen[1].tie_tolerance == 0.0 and "tie_tolerance" not in seen[1].as_config()
+    args.tie_tolerance = 0.01
+    compare.run_recipe(args, "real-ablation", real_ablation.plan(False))
+    assert seen[2].tie_tolerance == 0.01 and seen[2].as_config()["tie_tolerance"] == 0.01
+
+
+def test_the_tie_tolerance_reaches_every_search_and_the_title(tmp_path):
+    from dataclasses import replace
+
+    from fasttts.bench import real_ablation
+    from fasttts.bench.compare_engines import Engines
+
+    plan = replace(real_ablation.plan(False), ns=(8,), limit=1, tie_tolerance=0.01)
+    engines = Engines(plan)  # starts no engine until a search runs
+    for name in plan.configs:
+        cfg = engines.config(plan.settings[0], 8, compare.runtime_of(name), check_only=True)
+        assert cfg.search.tie_tolerance == 0.01
+    rows = [{"key": "k", "requests": [], "row": {
+        **_row(f"{ds}-0", c, 10.0, 10.0, plan.settings[0].label, 8), "dataset": ds}}
+        for c in plan.configs for ds in plan.datasets]
+    title = real_ablation.report({"plan": plan.as_config()}, rows, tmp_path).title
+    assert title.endswith(", float32, tie tolerance 0.01 logits (this project's measurement)")
+    with pytest.raises(ValueError, match="tie tolerance must be a finite number of logits >= 0"):
+        replace(plan, tie_tolerance=-1.0).check()
 
 
 def test_the_recorded_engines_follow_the_command_line():

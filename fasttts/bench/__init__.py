@@ -86,11 +86,11 @@ class Recipe:
 SHARED_OPTIONS: dict[str, tuple[str, object]] = {
     "rates": ("--rates", None), "sart_t": ("--sart-t", 400), "max_tokens": ("--max-tokens", None),
     "seed": ("--seed", 0), "port": ("--port", 8766), "problems": ("--problems", None),
-    "ns": ("--n", None), "dtype": ("--dtype", None)}
+    "ns": ("--n", None), "dtype": ("--dtype", None), "tie_tolerance": ("--tie-tolerance", None)}
 #: The shared options read only with --backend vllm.
 VLLM_ONLY_OPTIONS = ("port", "dtype")
 #: What a comparison recipe (`fasttts.bench.compare.run_recipe`) reads.
-COMPARISON_OPTIONS = ("seed", "max_tokens", "problems", "ns", "dtype")
+COMPARISON_OPTIONS = ("seed", "max_tokens", "problems", "ns", "dtype", "tie_tolerance")
 #: What a SART load recipe (`fasttts.bench.sart_latency`) reads.
 SART_OPTIONS = ("rates", "sart_t", "max_tokens", "seed", "port")
 

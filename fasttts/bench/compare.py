@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import statistics
 import sys
 import time
@@ -139,6 +140,8 @@ class Plan:
         dtype, kv_cache_gib: vllm: the engines' dtype and KV cache per engine (GiB; the
             memory planner re-splits the sum).
         occupancy: keep the first problem's batch-occupancy trace in its rows (FastTTS Fig. 17).
+        tie_tolerance: every search's `SearchConfig.tie_tolerance` (logits; 0 = exact ranking,
+            left out of `as_config` so folders made before it resume).
     """
 
     settings: tuple[Setting, ...]
@@ -155,13 +158,15 @@ class Plan:
     dtype: str = "auto"
     kv_cache_gib: float = 1.0
     occupancy: bool = False
+    tie_tolerance: float = 0.0
 
     def check(self) -> None:
         """Refuse a plan before anything runs.
 
         Raises:
             ValueError: no settings / ns / configs, an n < 1, repeated labels or configs, a
-                configuration `runtime_of` refuses, or limit < 1.
+                configuration `runtime_of` refuses, limit < 1, or a tie tolerance that is
+                negative or not finite.
         """
         if not self.settings or not self.ns or not self.configs:
             raise ValueError("a comparison needs settings, ns and configs")
@@ -174,10 +179,17 @@ class Plan:
                              f"{self.configs}")
         for name in self.configs:
             runtime_of(name)
+        if not 0.0 <= self.tie_tolerance < math.inf:
+            raise ValueError(f"the tie tolerance must be a finite number of logits >= 0 (0 = "
+                             f"exact ranking), got {self.tie_tolerance}")
 
     def as_config(self) -> dict:
-        """The JSON form stored in the recipe's config.json."""
-        return json.loads(json.dumps(asdict(self)))
+        """The JSON form stored in the recipe's config.json (without `tie_tolerance` when
+        0)."""
+        config = json.loads(json.dumps(asdict(self)))
+        if not self.tie_tolerance:
+            del config["tie_tolerance"]
+        return config
 
     @classmethod
     def from_config(cls, config: dict) -> Plan:
@@ -450,8 +462,11 @@ def table(cells: Sequence[dict]) -> str:
 
 def with_args(plan: Plan, args) -> Plan:
     """`plan` with the command line's --seed, --max-tokens, --problems (its limit), --n (its
-    ns) and --dtype where given (`args`: the parsed `fasttts bench` arguments)."""
+    ns), --dtype and --tie-tolerance where given (`args`: the parsed `fasttts bench`
+    arguments)."""
+    tie = getattr(args, "tie_tolerance", None)
     return replace(plan, seed=getattr(args, "seed", plan.seed),
+                   tie_tolerance=plan.tie_tolerance if tie is None else tie,
                    max_tokens=getattr(args, "max_tokens", None) or plan.max_tokens,
                    limit=getattr(args, "problems", None) or plan.limit,
                    ns=tuple(getattr(args, "ns", None) or plan.ns),

@@ -54,7 +54,8 @@ class Engines:
             verifier=VerifierConfig(kind=p.verifier_kind, engine=EngineConfig(
                 model=s.verifier or (SIM_VERIFIER if sim else DEFAULT_VERIFIER), **eng)),
             search=SearchConfig(method=s.method, n=n, beam_width=p.beam_width,
-                                max_tokens=p.max_tokens, seed=p.seed),
+                                max_tokens=p.max_tokens, seed=p.seed,
+                                tie_tolerance=p.tie_tolerance),
             sim=SimConfig(**simcfg) if sim else SimConfig(), runtime=runtime)
         if not sim and runtime.memory_planner and not check_only:
             from fasttts.engines.real import plan_real_engines, planner_hardware

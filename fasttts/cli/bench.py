@@ -17,6 +17,7 @@ folder with no runs) is one `error:` line and exit code 2, before anything runs.
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import signal
 import sys
@@ -75,6 +76,10 @@ def add_parser(sub, parents: list) -> None:
                         "dtype instead of the recipe's (float32); calibration --backend vllm: "
                         "the measured engine's; verifier-modes: its three engines' (default: "
                         "auto, this CPU's)")
+    p.add_argument("--tie-tolerance", type=float, default=None, metavar="W",
+                   help="comparison recipes: every search's tie tolerance, scores in one bin "
+                        "of W logits ranked as tied (by a hash of the text; `fasttts eval "
+                        "--help`) (default: 0, exact ranking)")
     p.add_argument("--port", type=int, default=None,
                    help=f"sart-latency --backend vllm: the loopback port (default: "
                         f"{SHARED_OPTIONS['port'][1]})")
@@ -148,7 +153,8 @@ def _check_options(args: argparse.Namespace, recipes: list) -> None:
 
     Raises:
         ValueError: an option the recipe does not take (naming the ones it does), --sart-t,
-            --max-tokens or --problems < 1, a bad --n.
+            --max-tokens or --problems < 1, a bad --n, a negative or infinite
+            --tie-tolerance.
     """
     from fasttts.bench import SHARED_OPTIONS
 
@@ -164,6 +170,9 @@ def _check_options(args: argparse.Namespace, recipes: list) -> None:
     for dest in ("sart_t", "max_tokens", "problems"):
         if getattr(args, dest) is not None and getattr(args, dest) < 1:
             raise ValueError(f"{SHARED_OPTIONS[dest][0]} must be >= 1, got {getattr(args, dest)}")
+    if args.tie_tolerance is not None and not 0.0 <= args.tie_tolerance < math.inf:
+        raise ValueError(f"--tie-tolerance must be a finite number of logits >= 0 (0 = exact "
+                         f"ranking), got {args.tie_tolerance}")
     if args.ns is not None:
         args.ns = _parse_ns(args.ns)
     for dest, (_, default) in SHARED_OPTIONS.items():

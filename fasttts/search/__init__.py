@@ -12,7 +12,8 @@ from fasttts.search.self_consistency import SelfConsistency
 from fasttts.search.vg_search import VGSearch
 
 __all__ = ["GIVEN_ONLY", "METHODS", "METHOD_PARAMS", "SELECTION_PARAMS", "SearchConfigError",
-           "SearchStrategy", "check_runtime", "check_search", "make_strategy", "methods_that", "runtime_defaults"]
+           "SearchStrategy", "check_runtime", "check_search", "make_strategy", "methods_that",
+           "runtime_defaults"]
 
 #: Search methods by name.
 METHODS: dict[str, type[SearchStrategy]] = {cls.name: cls for cls in (

@@ -32,7 +32,8 @@ AGG_STRATEGIES = typing.get_args(AggStrategy)
 #: 16 steps (its attention over a KV cache of another length rounds differently again), 5e-2
 #: allowed. The exactness tests of the real verifiers use these, and a search counts a
 #: selection among scores closer than them as a near tie (`Verifier.score_tolerance`,
-#: `fasttts.search.base.has_near_tie`); it still ranks them by their exact scores.
+#: `fasttts.search.base.has_near_tie`); it still ranks them by their exact scores unless the
+#: search has a tie tolerance (`SearchConfig.tie_tolerance`, bins in logits).
 SCORE_TOLERANCE = {
     "vllm": {"float32": 1e-5, "bfloat16": 2e-2, "float16": 2.5e-3},
     "transformers": {"float32": 1e-5, "bfloat16": 5e-2, "float16": 6e-3},
