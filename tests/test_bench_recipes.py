@@ -126,24 +126,31 @@ def test_calibration_refits_the_committed_measurements_and_reports(tmp_path, mon
     assert (tmp_path / "figs" / "calibration.png").stat().st_size > 0
 
 
-@pytest.mark.parametrize("spec, dtype, median", [("cpu-epyc-avx512-fp32-2thread", "float32", 0.035),
-                                                  ("cpu-epyc-avx512-bf16-2thread", "bfloat16", 0.041)])
-def test_the_avx512_two_thread_fits_price_their_measurements(spec, dtype, median):
-    """The AVX-512 host's two-thread fits reproduce their committed measurements (errors as
-    docs/benchmarks.md states them), and the AVX2 float32 fit over-prices that host's float32
-    steps (+90 % median): why the calibrations are kept per instruction set."""
+@pytest.mark.parametrize("spec, isa, dtype, median, other, other_median", [
+    ("cpu-epyc-avx512-fp32-2thread", "avx512", "float32", 0.035, "cpu-epyc-fp32-2thread", 0.90),
+    ("cpu-epyc-avx512-bf16-2thread", "avx512", "bfloat16", 0.041, None, None),
+    ("cpu-xeon-amx-fp32-2thread", "amx", "float32", 0.036, "cpu-epyc-avx512-fp32-2thread", 0.168),
+    ("cpu-xeon-amx-bf16-2thread", "amx", "bfloat16", 0.025, "cpu-epyc-avx512-bf16-2thread", 0.268)])
+def test_the_two_thread_fits_price_their_measurements(spec, isa, dtype, median, other,
+                                                      other_median):
+    """The AVX-512 and AMX hosts' two-thread fits reproduce their committed measurements
+    (errors as docs/benchmarks.md states them), and the fit of the next instruction set
+    misprices them (median error: AVX2 on the AVX-512 host's float32 steps 90 %, AVX-512 on the
+    AMX host's 17 % in float32 and 27 % in bfloat16): why the calibrations are kept per
+    instruction set."""
     from fasttts.bench import calibration
 
     (measured,) = [m for name, m, _ in calibration.CALIBRATIONS if name == spec]
     data = json.loads((calibration.RESULTS / measured).read_text())
-    assert data["meta"]["cpu_isa"] == "avx512" and data["meta"]["dtype"] == dtype
+    assert data["meta"]["cpu_isa"] == isa and data["meta"]["dtype"] == dtype
     assert calibration._committed_for(data["meta"]) == spec
     row = calibration.calibration_row(spec, data, None)
     assert row["measurements"] == 23 and row["refit_max_diff"] < calibration.REFIT_TOLERANCE
     assert row["errors_committed"]["generator steps"]["median"] == pytest.approx(median, abs=0.001)
-    if dtype == "float32":
-        avx2 = calibration.calibration_row("cpu-epyc-fp32-2thread", data, None)
-        assert avx2["errors_committed"]["generator steps"]["signed"] == pytest.approx(0.90, abs=0.01)
+    if other is not None:
+        row = calibration.calibration_row(other, data, None)
+        assert row["errors_committed"]["generator steps"]["median"] == pytest.approx(
+            other_median, abs=0.01)
 
 
 # -- the real-engine recipes refuse bad input before an engine starts --------------------

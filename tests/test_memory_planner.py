@@ -154,6 +154,11 @@ def test_cpu_engines_are_priced_on_the_calibration_of_their_threads(monkeypatch)
     assert cpu_calibration("bfloat16", 2) == "cpu-epyc-avx512-bf16-2thread"
     assert cpu_calibration("bfloat16", 2, "avx2") == "cpu-epyc-avx512-bf16-2thread"
     assert cpu_calibration("float16", 1) == "cpu-epyc-fp32-1thread"
+    # AMX: its own two-thread fits; one thread falls to the next slower instruction sets'
+    assert cpu_calibration("bfloat16", 2, "amx") == "cpu-xeon-amx-bf16-2thread"
+    assert cpu_calibration("float32", 4, "amx") == "cpu-xeon-amx-fp32-2thread"
+    assert cpu_calibration("bfloat16", 1, "amx") == "cpu-epyc-1thread"
+    assert cpu_calibration("float32", 1, "amx") == "cpu-epyc-fp32-1thread"
     for by_isa in CPU_CALIBRATIONS.values():
         for by_threads in by_isa.values():
             for name in by_threads.values():
@@ -162,7 +167,8 @@ def test_cpu_engines_are_priced_on_the_calibration_of_their_threads(monkeypatch)
     monkeypatch.setattr(platforms.current_platform, "is_cpu", lambda: True)
     for isa, names in (("avx2", {1: "cpu-epyc-fp32-1thread", 2: "cpu-epyc-fp32-2thread"}),
                        ("avx512", {1: "cpu-epyc-fp32-1thread",
-                                   2: "cpu-epyc-avx512-fp32-2thread"})):
+                                   2: "cpu-epyc-avx512-fp32-2thread"}),
+                       ("amx", {1: "cpu-epyc-fp32-1thread", 2: "cpu-xeon-amx-fp32-2thread"})):
         monkeypatch.setattr(real, "cpu_isa", lambda isa=isa: isa)
         for threads in (1, 2):
             cfg = RunConfig(generator=EngineConfig(model=DEFAULT_GENERATOR, num_threads=threads,
@@ -174,6 +180,8 @@ def test_the_instruction_set_is_read_from_the_cpu_flags():
     from fasttts.engines.platform_info import cpu_isa
 
     assert cpu_isa(["avx2", "avx512f", "avx512_bf16"]) == "avx512"
+    assert cpu_isa(["avx2", "avx512f", "avx512_bf16", "amx_bf16"]) == "amx"
+    assert cpu_isa(["avx2", "amx_bf16"]) == "avx2"  # AMX without AVX-512F: not seen, AVX2
     assert cpu_isa(["avx2"]) == "avx2" and cpu_isa([]) == "avx2"
 
 

@@ -184,7 +184,8 @@ def test_same_config_twice_gives_byte_identical_files(tmp_path, capsys):
 @pytest.mark.parametrize("extra, message", [
     (["--hardware", "rtx9999"], "unknown hardware spec 'rtx9999'; known: cpu-epyc-1thread, "
      "cpu-epyc-avx512-bf16-2thread, cpu-epyc-avx512-fp32-2thread, cpu-epyc-fp32-1thread, "
-     "cpu-epyc-fp32-2thread, h100, h200"),
+     "cpu-epyc-fp32-2thread, cpu-xeon-amx-bf16-2thread, cpu-xeon-amx-fp32-2thread, h100, "
+     "h200"),
     (["--generator", "llama-70b"], "unknown model spec 'llama-70b'"),
     (["--hardware", "rtx3070ti", "--verifier", "math-shepherd-7b", "--generator",
       "qwen2.5-math-7b"], "do not fit"),

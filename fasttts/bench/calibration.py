@@ -46,6 +46,8 @@ CALIBRATIONS = (
      "verifier_calls_fp32_2thread.jsonl.gz"),
     ("cpu-epyc-avx512-fp32-2thread", "cpu_calibration_measured_avx512_fp32_2thread.json", None),
     ("cpu-epyc-avx512-bf16-2thread", "cpu_calibration_measured_avx512_bf16_2thread.json", None),
+    ("cpu-xeon-amx-fp32-2thread", "cpu_calibration_measured_amx_fp32_2thread.json", None),
+    ("cpu-xeon-amx-bf16-2thread", "cpu_calibration_measured_amx_bf16_2thread.json", None),
 )
 #: Largest relative difference of a refitted spec's price of a measurement from the
 #: committed spec's.

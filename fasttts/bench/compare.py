@@ -55,8 +55,8 @@ from itertools import product
 from fasttts.bench.common import md_table
 from fasttts.config import RuntimeConfig
 
-__all__ = ["FASTTTS", "PARTS", "Plan", "Setting", "baseline_cell", "cells_of", "group_rows",
-           "interleaved",
+__all__ = ["FASTTTS", "PARTS", "Plan", "Setting", "baseline_cell", "cells_of",
+           "check_tie_tolerance", "group_rows", "interleaved",
            "median_ratio", "problem_ratios", "read_rows", "row_key", "run", "run_configs",
            "run_recipe", "runtime_of", "summarize", "table", "with_args"]
 
@@ -99,6 +99,23 @@ def runtime_of(name: str) -> RuntimeConfig:
         msg = e.errors()[0]["msg"].removeprefix("Value error, ") if hasattr(e, "errors") \
             else str(e)
         raise ValueError(f"configuration {name!r}: {msg}") from None
+
+
+def check_tie_tolerance(value: float, name: str) -> None:
+    """Refuse a tie tolerance (`SearchConfig.tie_tolerance`, logits) that a comparison's
+    searches would refuse, before anything runs.
+
+    Args:
+        value: the tolerance, logits.
+        name: what the error calls it (an option such as "--tie-tolerance").
+
+    Raises:
+        ValueError: `value` negative or not finite; the message names `name` and what is
+            allowed.
+    """
+    if not 0.0 <= value < math.inf:
+        raise ValueError(f"{name} must be a finite number of logits >= 0 (0 = exact "
+                         f"ranking), got {value}")
 
 
 @dataclass(frozen=True)
@@ -179,9 +196,7 @@ class Plan:
                              f"{self.configs}")
         for name in self.configs:
             runtime_of(name)
-        if not 0.0 <= self.tie_tolerance < math.inf:
-            raise ValueError(f"the tie tolerance must be a finite number of logits >= 0 (0 = "
-                             f"exact ranking), got {self.tie_tolerance}")
+        check_tie_tolerance(self.tie_tolerance, "the tie tolerance")
 
     def as_config(self) -> dict:
         """The JSON form stored in the recipe's config.json (without `tie_tolerance` when

@@ -17,7 +17,6 @@ folder with no runs) is one `error:` line and exit code 2, before anything runs.
 from __future__ import annotations
 
 import argparse
-import math
 import shlex
 import signal
 import sys
@@ -170,9 +169,10 @@ def _check_options(args: argparse.Namespace, recipes: list) -> None:
     for dest in ("sart_t", "max_tokens", "problems"):
         if getattr(args, dest) is not None and getattr(args, dest) < 1:
             raise ValueError(f"{SHARED_OPTIONS[dest][0]} must be >= 1, got {getattr(args, dest)}")
-    if args.tie_tolerance is not None and not 0.0 <= args.tie_tolerance < math.inf:
-        raise ValueError(f"--tie-tolerance must be a finite number of logits >= 0 (0 = exact "
-                         f"ranking), got {args.tie_tolerance}")
+    if args.tie_tolerance is not None:
+        from fasttts.bench.compare import check_tie_tolerance
+
+        check_tie_tolerance(args.tie_tolerance, "--tie-tolerance")
     if args.ns is not None:
         args.ns = _parse_ns(args.ns)
     for dest, (_, default) in SHARED_OPTIONS.items():

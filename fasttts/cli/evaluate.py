@@ -9,7 +9,8 @@ import sys
 from fasttts.cli.run_options import add_run_options, check_models, run_config
 from fasttts.cli.tables import table
 
-__all__ = ["GREEDY_BASELINE", "add_parser", "print_summary", "single_sample_search"]
+__all__ = ["GREEDY_BASELINE", "add_parser", "print_summary", "run_settings",
+           "single_sample_search"]
 
 #: The single-sample baseline's search: one greedy sample, no verifier (self-consistency of 1).
 GREEDY_BASELINE = {"method": "self_consistency", "n": 1, "beam_width": 1, "temperature": 0.0}
@@ -55,7 +56,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         summary = (_run(args, cfg, problems, todo, store) if todo
                    else store.summary_of({p.id for p in problems}))
     if summary:
-        print_summary(summary, args, cfg.sim.hardware, store.recorded_platform)
+        print_summary(summary, args, cfg, store.recorded_platform)
     return 0
 
 
@@ -93,23 +94,49 @@ def single_sample_search(search):
     return SearchConfig(**(kept | GREEDY_BASELINE))
 
 
-def print_summary(summary: dict, args: argparse.Namespace, hardware: str,
+def run_settings(cfg) -> str:
+    """What a run (`fasttts.config.RunConfig`) ran beyond its method and n, as one line: the
+    search settings off their defaults (`SearchConfig`, `name value`), then the FastTTS
+    techniques on (`RuntimeConfig`'s switches, after the method's defaults) and their settings
+    off their defaults (with Speculative Beam Extension always its spec_truncation_ratio, and
+    "exact off" where it is), or "baseline (no FastTTS technique)". E.g. "search:
+    tie_tolerance 0.01; techniques: incremental_verification"."""
+    def changed(model, skip=(), always=()) -> list[str]:
+        return [f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+                for k, v in model.model_dump().items() if k not in skip
+                and (k in always or v != type(model).model_fields[k].get_default())]
+
+    search = changed(cfg.search, skip=("method", "n"))
+    rt = cfg.runtime
+    on = [k for k, v in rt.model_dump().items()
+          if v is True and k not in ("fasttts_bundle", "exact")]
+    if on:
+        r = "spec_truncation_ratio"  # Speculative Beam Extension's R: always shown with it
+        bools = [k for k, v in rt.model_dump().items() if isinstance(v, bool)]
+        on += changed(rt, skip=bools + ([] if rt.spec_beam_extension else [r]), always=(r,))
+        on += [] if rt.exact or not rt.spec_beam_extension else ["exact off"]
+    techniques = ("techniques: " + ", ".join(on)) if on else "baseline (no FastTTS technique)"
+    return "; ".join(([f"search: {', '.join(search)}"] if search else []) + [techniques])
+
+
+def print_summary(summary: dict, args: argparse.Namespace, cfg,
                   platform: dict | None = None) -> None:
     """Print an eval's `summary` (`fasttts.eval.runner`) as a table under a header of the run
-    (method, n, dataset of `args`) and what it ran on (`platform`, from config.json:
+    (method, n, dataset of `args`; the other settings and techniques of `cfg`, the
+    `RunConfig`: `run_settings`) and what it ran on (`platform`, from config.json:
     `fasttts.engines.platform_info.describe_platform`), with the times' clock (on the simulated
-    `hardware`, or the wall clock), accuracy, the single-sample baseline's, goodput, latency
-    and cache statistics."""
+    `cfg.sim.hardware`, or the wall clock), accuracy, the single-sample baseline's, goodput,
+    latency and cache statistics."""
     from rich.console import Console
     from rich.text import Text
 
     from fasttts.engines.platform_info import describe_platform
 
     clock = summary.get("clock")
-    where = (f"simulated {hardware}, virtual-clock seconds" if clock == "simulated"
+    where = (f"simulated {cfg.sim.hardware}, virtual-clock seconds" if clock == "simulated"
              else "wall-clock seconds")
     t = table(f"{args.method} n={args.n} on {args.dataset}, {summary['num_problems']} problems",
-              describe_platform(platform))
+              run_settings(cfg) + "\n" + describe_platform(platform))
     t.add_column("metric")
     t.add_column("value", justify="right")
     t.add_row("times", where)

@@ -20,8 +20,8 @@ from pathlib import Path
 from fasttts.backends.parallel import allowed_cores, engine_threads, rank_threads
 from fasttts.config import EngineConfig, RunConfig
 
-__all__ = ["CPU_SPEED_FLAGS", "cpu_isa", "cpu_summary", "describe_platform", "run_platform",
-           "vllm_distribution"]
+__all__ = ["CPU_ISAS", "CPU_SPEED_FLAGS", "cpu_isa", "cpu_summary", "describe_platform",
+           "run_platform", "vllm_distribution"]
 
 #: The /proc/cpuinfo flags that decide vLLM CPU speed (AVX-512 BF16 / AMX: native bf16).
 CPU_SPEED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
@@ -59,13 +59,23 @@ def cpu_summary(cpuinfo: str | None = None) -> dict:
             "flags": [f for f in CPU_SPEED_FLAGS if f in flags]}
 
 
+#: The instruction sets `cpu_isa` tells apart, fastest first: a calibration missing for one is
+#: taken from the next (`fasttts.engines.real.cpu_calibration`).
+CPU_ISAS = ("amx", "avx512", "avx2")
+
+
 def cpu_isa(flags: list[str] | None = None) -> str:
-    """The vector instruction set vLLM's CPU kernels run on: "avx512" where the CPU has
-    AVX-512F (`flags`: `cpu_summary`'s, this CPU's when None), else "avx2". The CPU
-    calibrations are fitted per instruction set (`fasttts.engines.real.CPU_CALIBRATIONS`):
-    the same dtype runs at different speeds on the two."""
-    return "avx512" if "avx512f" in (cpu_summary()["flags"] if flags is None else flags) \
-        else "avx2"
+    """The vector instruction set vLLM's CPU kernels run on (one of `CPU_ISAS`): "amx" where
+    the CPU has AVX-512F and AMX-BF16 (Intel's tile units, which oneDNN uses for bfloat16
+    matrix products), "avx512" where it has AVX-512F alone, else "avx2" (`flags`:
+    `cpu_summary`'s, this CPU's when None). The CPU calibrations are fitted per instruction
+    set (`fasttts.engines.real.CPU_CALIBRATIONS`): the same dtype runs at different speeds on
+    each (bfloat16 decode steps of 64 sequences: 234-330 ms on a 2-core AVX-512 AMD EPYC,
+    144-153 ms on a 2-core AMX Xeon; docs/benchmarks.md)."""
+    flags = cpu_summary()["flags"] if flags is None else flags
+    if "avx512f" not in flags:
+        return "avx2"
+    return "amx" if "amx_bf16" in flags else "avx512"
 
 
 def _checkpoint_dtype(model: str) -> str:

