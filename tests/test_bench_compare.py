@@ -367,7 +367,8 @@ def test_the_datasets_take_turns_so_a_cut_run_holds_each_alike():
 
 @pytest.mark.parametrize("name, n, dtype", [("real_ablation_fp32_n16", 16, None),
                                             ("real_ablation_bf16_n16", 16, "bfloat16"),
-                                            ("real_ablation_fp32_n8", 8, None)])
+                                            ("real_ablation_fp32_n8", 8, None),
+                                            ("real_ablation_bf16_n8_amx", 8, "bfloat16")])
 def test_the_committed_real_engine_rows_resume_under_the_recipe_command(name, n, dtype):
     """benchmarks/results/NAME holds the rows of `fasttts bench real-ablation --problems 10
     --n N [--dtype DTYPE] --out <it>` as far as they were run (the protocol takes more hours
