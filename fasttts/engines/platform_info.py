@@ -71,7 +71,7 @@ def cpu_isa(flags: list[str] | None = None) -> str:
     `cpu_summary`'s, this CPU's when None). The CPU calibrations are fitted per instruction
     set (`fasttts.engines.real.CPU_CALIBRATIONS`): the same dtype runs at different speeds on
     each (bfloat16 decode steps of 64 sequences: 234-330 ms on a 2-core AVX-512 AMD EPYC,
-    144-153 ms on a 2-core AMX Xeon; docs/benchmarks.md)."""
+    144-171 ms on a 2-core AMX Xeon; docs/benchmarks.md)."""
     flags = cpu_summary()["flags"] if flags is None else flags
     if "avx512f" not in flags:
         return "avx2"
