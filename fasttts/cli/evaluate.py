@@ -108,12 +108,12 @@ def run_settings(cfg) -> str:
 
     search = changed(cfg.search, skip=("method", "n"))
     rt = cfg.runtime
-    on = [k for k, v in rt.model_dump().items()
-          if v is True and k not in ("fasttts_bundle", "exact")]
+    switches = {k: v for k, v in rt.model_dump().items() if isinstance(v, bool)}
+    on = [k for k, v in switches.items() if v and k not in ("fasttts_bundle", "exact")]
     if on:
         r = "spec_truncation_ratio"  # Speculative Beam Extension's R: always shown with it
-        bools = [k for k, v in rt.model_dump().items() if isinstance(v, bool)]
-        on += changed(rt, skip=bools + ([] if rt.spec_beam_extension else [r]), always=(r,))
+        skip = list(switches) + ([] if rt.spec_beam_extension else [r])
+        on += changed(rt, skip=skip, always=(r,))
         on += [] if rt.exact or not rt.spec_beam_extension else ["exact off"]
     techniques = ("techniques: " + ", ".join(on)) if on else "baseline (no FastTTS technique)"
     return "; ".join(([f"search: {', '.join(search)}"] if search else []) + [techniques])
