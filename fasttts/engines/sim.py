@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fasttts.backends.sim import SimDevice, SimSizes
 from fasttts.config import RunConfig
+from fasttts.perf.specs import load_hardware
 from fasttts.runtime.memory_planner import MemoryPlan
 from fasttts.runtime.plan_workload import plan_for_run
 from fasttts.runtime.replan import Replanner
@@ -23,8 +24,9 @@ def _whole_blocks(tokens: int, block_size: int) -> int:
 
 def kv_floors(cfg: RunConfig) -> tuple[int, int]:
     """(verifier, generator) KV floors of a simulated run: one max_model_len sequence each,
-    rounded up to whole blocks of `cfg.sim.block_size` (tokens, tokens)."""
-    bs = cfg.sim.block_size
+    rounded up to whole blocks of the simulated engines' block size (`cfg.sim.block_size`, else
+    the device's `kv_block_size`) (tokens, tokens)."""
+    bs = cfg.sim.block_size or load_hardware(cfg.sim.hardware).kv_block_size
     return (_whole_blocks(cfg.verifier.engine.max_model_len, bs),
             _whole_blocks(cfg.generator.max_model_len, bs))
 

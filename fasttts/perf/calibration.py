@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fasttts.perf.roofline import SeqWork, StepShape, step_time
-from fasttts.perf.specs import HardwareSpec, ModelSpec
+from fasttts.perf.specs import VLLM_CPU_BLOCK_SIZE, HardwareSpec, ModelSpec
 
 __all__ = ["MeasuredCall", "MeasuredStep", "error_table", "fit_hardware", "predict"]
 
@@ -81,7 +81,7 @@ def _spec(x, name: str, memory_bytes: int, source: str) -> HardwareSpec:
     return HardwareSpec(name=name, peak_flops=math.exp(p), memory_bandwidth=math.exp(bw),
                         memory_bytes=memory_bytes, step_overhead_s=math.exp(so),
                         seq_overhead_s=math.exp(sq), overlap=1 / (1 + math.exp(-ov)),
-                        source=source)
+                        kv_block_size=VLLM_CPU_BLOCK_SIZE, source=source)
 
 
 def fit_hardware(model: ModelSpec, steps: Sequence[Measured], name: str, memory_bytes: int,

@@ -175,12 +175,39 @@ class DecodeCost:
     Attributes:
         model: the generator's shape, at the bytes per element the engine runs.
         hw: the device.
+        block_size: tokens per KV block of the engine (`fasttts.backends.vllm_engine.
+            engine_block_size`; None: the device's default, `HardwareSpec.kv_block_size`):
+            prefix caching reuses only full blocks, so a new request recomputes its prompt's
+            last partial block (`uncached`).
     """
 
     model: ModelSpec
     hw: HardwareSpec
+    block_size: int | None = None
+
+    def __post_init__(self):
+        if self.block_size is None:
+            object.__setattr__(self, "block_size", self.hw.kv_block_size)
 
     def step(self, seqs: int, context: int) -> float:
         """Seconds of one decode step of `seqs` fasttts sequences (`StepShape.decode`) at
         `context` cached tokens each; 0.0 for no sequence."""
         return step_time(self.model, self.hw, StepShape.decode(seqs, context)) if seqs > 0 else 0.0
+
+    def uncached(self, prompt_len: int) -> int:
+        """Tokens of a `prompt_len`-token prompt (>= 1) a new request computes although every
+        full KV block of it is prefix-cached: its last partial block, and a whole block when
+        the prompt ends on a boundary, 1 + (prompt_len - 1) mod block_size. vLLM hashes and
+        reuses full blocks only, up to prompt_len - 1 tokens so that the last one is computed
+        for its logits (`vllm/v1/core/kv_cache_manager.py`, `max_cache_hit_length`)."""
+        return 1 + (prompt_len - 1) % self.block_size
+
+    def launch(self, running: int, context: int, prompt_len: int) -> float:
+        """Seconds a new request of a `prompt_len`-token prompt, all of whose full blocks are
+        prefix-cached, adds to a decode step of `running` sequences at `context` cached tokens
+        each: the step with its prefill of `uncached(prompt_len)` tokens (and its first
+        token's logits) minus the step without it."""
+        k = self.uncached(prompt_len)
+        shape = StepShape.decode(running, context)
+        shape.add(SeqWork(new_tokens=k, context=prompt_len - k, seeded=True))
+        return step_time(self.model, self.hw, shape) - self.step(running, context)

@@ -162,7 +162,7 @@ def generate_step(
             yield Generate(abort=abort, step=False)
     except BaseException:
         if speculator is not None:
-            speculator.end()  # the driver aborts the search's sequences
+            speculator.end(complete=False)  # the driver aborts the search's sequences
         raise
 
 

