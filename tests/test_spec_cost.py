@@ -260,3 +260,29 @@ def test_pricing_the_launch_speculates_less_and_costs_less_on_the_cpu_spec(monke
     assert priced.generator_time < per_step.generator_time < paper.generator_time
     texts = [b.text for b in priced.completions]
     assert texts == [b.text for b in per_step.completions] == [b.text for b in paper.completions]
+
+
+@pytest.mark.parametrize("dtype, spec, median_error", [
+    ("bf16", "cpu-xeon-amx-bf16-2thread", 0.35), ("fp32", "cpu-xeon-amx-fp32-2thread", 0.15)])
+def test_the_launch_price_is_checked_against_vllm_cpu(dtype, spec, median_error):
+    """`DecodeCost.launch` on the AMX host's calibrations against the launches measured there
+    (`benchmarks/branch_launch_real.py`, 18 points each): vLLM cached the prompts' full
+    blocks, exactly what `uncached` leaves out, and the price is within `median_error`
+    (median relative error; bfloat16 under-prices small launches, 16 tokens by ~4-5x)."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    path = (Path(__file__).parents[1] / "benchmarks" / "results"
+            / f"branch_launch_measured_amx_{dtype}_2thread.json")
+    data = json.loads(path.read_text())
+    hw = load_hardware(spec)
+    assert data["block_size"] == hw.kv_block_size == 128
+    d = DecodeCost(priced_on(load_model("qwen2.5-coder-0.5b-instruct"), hw), hw)
+    errors = []
+    for r in data["records"]:
+        assert r["cached_tokens"] == r["context"] // 128 * 128
+        prompt_len = r["cached_tokens"] + r["k"]
+        assert d.uncached(prompt_len) == r["k"]
+        errors.append(abs(d.launch(r["batch"], r["context"], prompt_len) / r["launch_s"] - 1))
+    assert len(errors) == 18 and statistics.median(errors) < median_error

@@ -149,6 +149,8 @@ def generate_step(
             spec_stop = req.next_stop if req.next_stop is not None else (req.step_delimiter,)
             speculator.begin(generator, beams, req.iteration, req.prompt_ids,
                              lambda b, j: phase.params(b, b.beam_id, j, spec_stop), slots)
+            if not phase.pending:  # every beam's step was its head start: nothing to run
+                speculator.end()
         add, abort = [], []
         while phase.pending:
             updates = yield Generate(add=add, abort=abort)
