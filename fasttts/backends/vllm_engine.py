@@ -17,7 +17,7 @@ from fasttts.backends.base import CacheStats
 from fasttts.backends.parallel import check_tensor_parallel, cpu_thread_binding
 from fasttts.config import EngineConfig
 from fasttts.models import ModelLoadError, resolve_model
-from fasttts.perf.specs import VLLM_CPU_BLOCK_SIZE
+from fasttts.perf.specs import INCREMENTAL_CPU_BLOCK_SIZE, VLLM_CPU_BLOCK_SIZE
 from fasttts.progress import on_terminal
 
 __all__ = ["INCREMENTAL_CPU_BLOCK_SIZE", "build_engine", "check_engine", "configure_vllm_env",
@@ -151,15 +151,6 @@ def engine_block_size(cfg: EngineConfig) -> int:
     from vllm.platforms import current_platform
 
     return VLLM_CPU_BLOCK_SIZE if current_platform.is_cpu() else 16
-
-
-#: KV block size (tokens) of a prefix-cached (incremental) PRM engine on vLLM's CPU build when
-#: none is configured: the CPU attention's smallest (a multiple of 32). vLLM reuses whole blocks
-#: only, so each incremental request recomputes its path's last partial block; with the CPU
-#: default of 128 the recorded MathShepherd search's incremental calls took x0.55 (median of 3
-#: MATH-500 problems, 0.44-0.57) as long at 32, with identical scores
-#: (`benchmarks/verifier_block_real.py`, docs/verifier-pricing.md).
-INCREMENTAL_CPU_BLOCK_SIZE = 32
 
 
 def incremental_engine_config(cfg: EngineConfig) -> EngineConfig:

@@ -20,7 +20,8 @@ from fasttts.backends.sim.verifier import SimVerifier
 from fasttts.backends.sim.workload import Workload, WorkloadModel
 from fasttts.config import RunConfig, SimConfig
 from fasttts.jsonio import JsonFileError, read_json
-from fasttts.perf.specs import HardwareSpec, ModelSpec, load_hardware, load_model, priced_on
+from fasttts.perf.specs import (HardwareSpec, ModelSpec, default_block_size, load_hardware,
+                                load_model, priced_on)
 
 __all__ = ["LongCoTWorkload", "MemorySplit", "SimDevice", "SimGenerator", "SimSizes",
            "SimVerifier", "Workload", "WorkloadModel", "build_sim", "load_workload", "resize_sim",
@@ -206,15 +207,16 @@ def build_sim(cfg: RunConfig, workload: Workload | None = None,
     if workload is None:
         workload = load_workload(sim.workload)
     clock = VirtualClock()
-    bs = sim.block_size or hw.kv_block_size
+    bs = sim.block_size or default_block_size(hw)
+    ver_bs = sim.block_size or default_block_size(hw, cfg.runtime.incremental_verification)
     gen_engine = SimEngine(gen, hw, clock, sizes.generator_kv // (bs * gen.kv_bytes_per_token),
                            bs, sizes.max_num_seqs, sim.max_num_batched_tokens,
                            cfg.generator.max_model_len)
     generator = SimGenerator(gen_engine, workload)
     if ver is None:  # a verifier kind without a model: the caller builds it
         return generator, None
-    ver_engine = SimEngine(ver, hw, clock, sizes.verifier_kv // (bs * ver.kv_bytes_per_token),
-                           bs, sizes.verifier_batch, sim.max_num_batched_tokens,
+    ver_engine = SimEngine(ver, hw, clock, sizes.verifier_kv // (ver_bs * ver.kv_bytes_per_token),
+                           ver_bs, sizes.verifier_batch, sim.max_num_batched_tokens,
                            cfg.verifier.engine.max_model_len, logits=False)
     from fasttts.verifiers import verifier_runner  # the product's runner of this verifier
 

@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fasttts.jsonio import JsonFileError, read_model
 
-__all__ = ["DTYPE_BYTES", "VLLM_CPU_BLOCK_SIZE", "HardwareSpec", "ModelSpec", "SpecError", "find_model_spec", "hardware_names",
+__all__ = ["DTYPE_BYTES", "INCREMENTAL_CPU_BLOCK_SIZE", "VLLM_CPU_BLOCK_SIZE", "HardwareSpec",
+           "default_block_size", "ModelSpec", "SpecError", "find_model_spec", "hardware_names",
            "load_hardware", "load_model", "model_names", "priced_on"]
 
 _DIR = Path(__file__).parent
@@ -21,6 +22,14 @@ _DIR = Path(__file__).parent
 #: Tokens per KV block of vLLM's CPU build by default (its attention needs a multiple of 32;
 #: `vllm/platforms/cpu.py` sets 128 where none is configured). GPU builds default to 16.
 VLLM_CPU_BLOCK_SIZE = 128
+
+#: KV block size (tokens) of a prefix-cached (incremental) PRM engine on vLLM's CPU build when
+#: none is configured: the CPU attention's smallest (a multiple of 32). vLLM reuses whole blocks
+#: only, so each incremental request recomputes its path's last partial block; with the CPU
+#: default of 128 the recorded MathShepherd search's incremental calls took x0.55 (median of 3
+#: MATH-500 problems, 0.44-0.57) as long at 32, with identical scores
+#: (`benchmarks/verifier_block_real.py`, docs/verifier-pricing.md).
+INCREMENTAL_CPU_BLOCK_SIZE = 32
 
 #: Bytes per weight and KV element of the dtypes an engine may run in.
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -87,6 +96,14 @@ class HardwareSpec(BaseModel):
     def bandwidth(self) -> float:
         """Achievable bytes/s (BW of the roofline)."""
         return self.memory_bandwidth * self.bandwidth_efficiency
+
+
+def default_block_size(hw: HardwareSpec, incremental: bool = False) -> int:
+    """Tokens per KV block of a vLLM engine on `hw` where none is configured: the device's
+    `kv_block_size`, and for a prefix-cached (incremental) PRM engine at most
+    `INCREMENTAL_CPU_BLOCK_SIZE` (on vllm-cpu 32 instead of 128; GPUs keep 16), as
+    `fasttts.backends.vllm_engine.incremental_engine_config` builds it."""
+    return min(hw.kv_block_size, INCREMENTAL_CPU_BLOCK_SIZE) if incremental else hw.kv_block_size
 
 
 class ModelSpec(BaseModel):
