@@ -7,9 +7,9 @@ the replanner keeps the plan matched to each problem's workload.
 
 from __future__ import annotations
 
-from fasttts.backends.sim import SimDevice, SimSizes
+from fasttts.backends.sim import SimDevice, SimSizes, sim_block_sizes
 from fasttts.config import RunConfig
-from fasttts.perf.specs import default_block_size, load_hardware
+from fasttts.perf.specs import load_hardware
 from fasttts.runtime.memory_planner import MemoryPlan
 from fasttts.runtime.plan_workload import plan_for_run
 from fasttts.runtime.replan import Replanner
@@ -25,10 +25,8 @@ def _whole_blocks(tokens: int, block_size: int) -> int:
 def kv_floors(cfg: RunConfig) -> tuple[int, int]:
     """(verifier, generator) KV floors of a simulated run: one max_model_len sequence each,
     rounded up to whole blocks of each simulated engine's block size (`cfg.sim.block_size`,
-    else the device's default, `default_block_size`) (tokens, tokens)."""
-    hw = load_hardware(cfg.sim.hardware)
-    bs = cfg.sim.block_size or default_block_size(hw)
-    ver_bs = cfg.sim.block_size or default_block_size(hw, cfg.runtime.incremental_verification)
+    else the device's default: `fasttts.backends.sim.sim_block_sizes`) (tokens, tokens)."""
+    bs, ver_bs = sim_block_sizes(cfg, load_hardware(cfg.sim.hardware))
     return (_whole_blocks(cfg.verifier.engine.max_model_len, ver_bs),
             _whole_blocks(cfg.generator.max_model_len, bs))
 

@@ -25,7 +25,7 @@ from fasttts.perf.specs import (HardwareSpec, ModelSpec, default_block_size, loa
 
 __all__ = ["LongCoTWorkload", "MemorySplit", "SimDevice", "SimGenerator", "SimSizes",
            "SimVerifier", "Workload", "WorkloadModel", "build_sim", "load_workload", "resize_sim",
-           "sim_device", "static_split"]
+           "sim_block_sizes", "sim_device", "static_split"]
 
 
 @dataclass(frozen=True)
@@ -174,6 +174,15 @@ def load_workload(spec: str | None) -> Workload:
     return Workload(WorkloadModel.from_file(spec))
 
 
+def sim_block_sizes(cfg: RunConfig, hw: HardwareSpec) -> tuple[int, int]:
+    """(generator, verifier) KV block sizes of the simulated engines, tokens:
+    `cfg.sim.block_size` where set, else what vLLM runs on `hw` (`default_block_size`: 128 on
+    vllm-cpu, 32 for its incremental PRM engine; 16 on GPUs)."""
+    given = cfg.sim.block_size
+    return (given or default_block_size(hw),
+            given or default_block_size(hw, cfg.runtime.incremental_verification))
+
+
 def build_sim(cfg: RunConfig, workload: Workload | None = None,
               sizes: SimSizes | None = None) -> tuple[SimGenerator, Verifier]:
     """A simulated generator and verifier on one device, as `cfg` describes (with the
@@ -207,8 +216,7 @@ def build_sim(cfg: RunConfig, workload: Workload | None = None,
     if workload is None:
         workload = load_workload(sim.workload)
     clock = VirtualClock()
-    bs = sim.block_size or default_block_size(hw)
-    ver_bs = sim.block_size or default_block_size(hw, cfg.runtime.incremental_verification)
+    bs, ver_bs = sim_block_sizes(cfg, hw)
     gen_engine = SimEngine(gen, hw, clock, sizes.generator_kv // (bs * gen.kv_bytes_per_token),
                            bs, sizes.max_num_seqs, sim.max_num_batched_tokens,
                            cfg.generator.max_model_len)

