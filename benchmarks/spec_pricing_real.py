@@ -37,6 +37,7 @@ in benchmarks/results/.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -108,6 +109,11 @@ def main() -> int:
     unknown = [c for c in configs if _split(c)[1] and _split(c)[1] not in POLICIES]
     if unknown:
         ap.error(f"unknown policy suffix in {unknown}: use {', '.join(POLICIES)}")
+    bad = [p for p in args.pair if not re.fullmatch(r"[^=,]+=[^=,]+,[^=,]+", p)]
+    if bad:
+        ap.error(f"--pair {bad[0]!r}: use LABEL=GENERATOR,VERIFIER")
+    if args.ns and not re.fullmatch(r"[1-9]\d*(,[1-9]\d*)*", args.ns):
+        ap.error(f"--ns {args.ns!r}: use positive integers joined by commas, e.g. 8,32,128")
     compare.runtime_of, compare._run_row = _runtime_of, _run_row
     settings = tuple(compare.Setting(label, *pair.split(","), hardware=args.hardware)
                      for label, pair in (p.split("=", 1) for p in args.pair)) or (
@@ -116,6 +122,10 @@ def main() -> int:
     plan = compare.Plan(settings, ns, configs, (args.dataset,), limit=args.limit,
                         backend=args.backend, max_tokens=args.max_tokens,
                         dtype=args.dtype if args.backend == "vllm" else "auto")
+    try:
+        plan.check()
+    except ValueError as e:
+        ap.error(str(e))
     from fasttts.bench.store import RowStore, check_out_dir
 
     with RowStore(check_out_dir(args.out), {"recipe": "spec-pricing-real",
