@@ -389,3 +389,25 @@ def test_the_committed_real_engine_rows_resume_under_the_recipe_command(name, n,
     rows = [json.loads(line) for line in (folder / "rows.jsonl").read_text().splitlines()]
     assert rows and {r["key"] for r in rows} <= keys
     assert all(r["row"]["config"] in real_ablation.CONFIGS for r in rows)
+
+
+def test_a_configuration_prices_speculation_on_its_earlier_problems():
+    """Each configuration's searches share one speculation history across problems, as one
+    `fasttts eval` runner's do (compare_engines.Engines): the second problem's phases add to
+    the first's, and another configuration keeps its own."""
+    from fasttts.bench.compare_engines import Engines
+    from fasttts.eval.datasets import load_dataset
+
+    plan = Plan((Setting("1.5B+7B"),), (8,), (FASTTTS, "sbe+la+iv:0"), limit=2, max_tokens=256)
+    engines = Engines(plan)
+    problems = load_dataset("aime24")[:2]
+    histories, lengths = [], []
+    for name in plan.configs:
+        cfg = engines.config(plan.settings[0], 8, runtime_of(name))
+        for prob in problems:
+            engines.search(cfg, "aime24", prob)
+            history = engines.histories[cfg.model_dump_json()]
+            lengths.append(history.num_phases)
+        histories.append(history)
+    assert histories[0] is not histories[1] and len(engines.histories) == 2
+    assert 0 < lengths[0] < lengths[1] and 0 < lengths[2] < lengths[3]

@@ -59,8 +59,9 @@ def test_equivalence_speculation_on_off_same_selections_every_iteration(problem)
     when each sequence runs)."""
     base = _run(RuntimeConfig(), problem)
     sbe = _run(RuntimeConfig(spec_beam_extension=True, spec_truncation_ratio=0), problem)
-    both = _run(RuntimeConfig.fasttts(spec_truncation_ratio=0, prefix_aware_scheduling=True),
-                problem)
+    # whole-path scoring: LookAhead rides along (module docstring of lookahead_verification)
+    both = _run(RuntimeConfig.fasttts(spec_truncation_ratio=0, prefix_aware_scheduling=True,
+                                      incremental_verification=False), problem)
     assert len(base[0]) >= 3
     assert base[0] == sbe[0] == both[0]
     assert base[1] == sbe[1] == both[1]
@@ -289,3 +290,60 @@ def test_lookahead_appends_one_complete_branch_per_beam_the_lowest_numbered():
     plan.apply([[0.9, 0.8], [0.7]])
     assert (a.step_scores, b.step_scores) == ([0.9], [0.7])
     assert (branches[1].step_scores, branches[0].step_scores) == ([0.8], [])
+
+
+@pytest.mark.parametrize("keep, path, cached, rides", [
+    (0.4, 300, False, True),    # 0.4 x (50 + 300) = 140 >= 50
+    (0.1, 300, False, False),   # 0.1 x 350 = 35 < 50
+    (0.15, 300, False, True),   # 0.15 x 350 = 52.5 >= 50
+    (0.4, 300, True, False),    # 0.4 x 50 = 20 < 50: the cached path saves nothing
+    (1.0, 300, True, True),     # a branch certain to be kept costs nothing extra
+])
+def test_lookahead_rides_along_only_where_its_expected_saving_covers_the_step(keep, path, cached,
+                                                                             rides):
+    """P x (L + uncached path tokens) >= L (lookahead_verification's docstring), with L = 50
+    speculative tokens after a 300-token path."""
+    from fasttts.runtime.lookahead_verification import plan_requests, rides_along
+    from fasttts.runtime.spec_beam_extension import SpecBranch
+
+    beam = Beam(1, text="x = 1\n\n", steps=["x = 1\n\n"], token_ids=list(range(path)))
+    br = SpecBranch(1, 0, "s0", token_ids=list(range(50)), text="so 2\n\n",
+                    finish_reason="stop", keep_probability=keep)
+    assert rides_along(br, beam, cached) is rides
+    plan = plan_requests("p", [beam], [br], "\n\n", prefix_cached=cached)
+    assert (plan.num_lookahead, plan.num_declined) == ((1, 0) if rides else (0, 1))
+    assert plan.requests[0].steps == (("x = 1\n\n", "so 2\n\n") if rides else ("x = 1\n\n",))
+
+
+def test_lookahead_beside_incremental_verification_declines_and_changes_nothing():
+    """With the verifier reading its prefix cache, no branch of B = 4 bins (P <= 0.4) is worth
+    scoring ahead: every complete one is declined, and the search is the same as without
+    LookAhead."""
+    problem = PROBLEMS[0]
+    rt = dict(spec_truncation_ratio=0, incremental_verification=True)
+    off = _run(RuntimeConfig(spec_beam_extension=True, **rt), problem)
+    on = _run(RuntimeConfig(spec_beam_extension=True, lookahead_verification=True, **rt),
+              problem)
+    assert on[0] == off[0] and on[1] == off[1]
+    assert on[2].spec["lookahead_requests"] == 0 and on[2].spec["lookahead_declined"] > 0
+    assert on[2].verifier_time == off[2].verifier_time
+
+
+def test_branches_carry_their_bins_keep_probability(monkeypatch):
+    """Each speculative branch is launched with the prior P of its beam's bin,
+    2 M_i / (B (B + 1)) at B = 4 (spec_cost.keep_probability)."""
+    cfg = _cfg(RuntimeConfig(spec_beam_extension=True, spec_truncation_ratio=0), n=8)
+    gen, ver = build_sim(cfg)
+    seen = []
+    real = sbe_mod.SpeculativeBeamExtension._launch
+
+    def spy(self, free, running):
+        adds = real(self, free, running)
+        seen.extend((c.potential, br.keep_probability) for brs in self.results.values()
+                    for br in brs for c in self._cands if c.beam.beam_id == br.beam_id)
+        return adds
+
+    monkeypatch.setattr(sbe_mod.SpeculativeBeamExtension, "_launch", spy)
+    SearchRunner(gen, ver, cfg.search, runtime=cfg.runtime).run(PROBLEMS[1], "p")
+    assert seen and all(p == pytest.approx(m / 10) for m, p in seen)
+    assert {m for m, _ in seen} >= {4}

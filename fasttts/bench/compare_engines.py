@@ -22,12 +22,16 @@ class Engines:
     (with the memory planner's sizes when it is on); on vllm the generator is rebuilt only when
     a run needs other engine settings (the memory planner re-splits the KV budget and caps the
     batches), both verifier modes stay built (runs interleave), and both engines' prefix caches
-    are reset before every run."""
+    are reset before every run. Each configuration's searches share one
+    `fasttts.runtime.spec_cost.SpeculationHistory` across its problems, as the searches of one
+    `fasttts eval` run share their runner's: speculation is priced on what that
+    configuration's earlier problems showed."""
 
     def __init__(self, plan):
         self.plan = plan
         self.generator = None
         self.verifiers: dict = {}  # (verifier config, incremental) -> verifier
+        self.histories: dict = {}  # run configuration (JSON) -> SpeculationHistory
         self._key = None
 
     def config(self, s, n: int, runtime: RuntimeConfig, check_only: bool = False) -> RunConfig:
@@ -64,9 +68,11 @@ class Engines:
         return cfg
 
     def search(self, cfg: RunConfig, dataset: str, problem):
-        """Search `problem` (of `dataset`) with `cfg`'s engines; returns the SearchResult."""
+        """Search `problem` (of `dataset`) with `cfg`'s engines and the speculation history of
+        `cfg`'s earlier problems (class docstring); returns the SearchResult."""
         from fasttts.backends.sim.workload import problem_difficulty
         from fasttts.runtime.loop import SearchRunner
+        from fasttts.runtime.spec_cost import SpeculationHistory
 
         gen, ver = self.build(cfg)
         workload = getattr(gen, "workload", None)
@@ -74,6 +80,8 @@ class Engines:
             workload.register(problem.problem, problem.answer, problem_difficulty(
                 dataset, problem.problem, problem.meta.get("level")))
         runner = SearchRunner(gen, ver, cfg.search, cfg.verifier.agg_strategy, cfg.runtime)
+        runner.spec_history = self.histories.setdefault(cfg.model_dump_json(),
+                                                        SpeculationHistory())
         return runner.run(problem.problem, problem.id)
 
     def build(self, cfg: RunConfig):

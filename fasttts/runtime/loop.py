@@ -155,6 +155,7 @@ class _SearchState:
     ver_time: float = 0.0
     num_sequences: int = 0
     num_lookahead: int = 0
+    num_lookahead_declined: int = 0
     cost: int = 0
     tree_tokens: int = 0
     own: dict[int, int] = field(default_factory=dict)  # tokens each node generated
@@ -312,8 +313,10 @@ class SearchRunner:
         # behind this: docs/techniques.md, "Prefix-aware scheduling").
         prm_order = baseline_order(to_score, st.prm_previous)
         st.prm_previous = [b.beam_id for b in prm_order]
-        st.num_lookahead += yield from self._verify(st.problem, prm_order, lookahead,
-                                                    st.strategy.outcome_scoring, rollouts)
+        rode, declined = yield from self._verify(st.problem, prm_order, lookahead,
+                                                 st.strategy.outcome_scoring, rollouts)
+        st.num_lookahead += rode
+        st.num_lookahead_declined += declined
         return self._settle(st, children, t0, t1, self.generator.now())
 
     def _step_request(self, st: _SearchState, iteration: int, last: bool) -> StepRequest:
@@ -391,6 +394,7 @@ class SearchRunner:
                 "refused_head_starts": sbe.num_refused, "refused_tokens": sbe.refused_tokens,
                 "declined_slots": sbe.num_declined,
                 "lookahead_requests": st.num_lookahead,
+                "lookahead_declined": st.num_lookahead_declined,
                 "lookahead_scores_used": sbe.num_prescored},
         )
 
@@ -425,10 +429,12 @@ class SearchRunner:
                 rollouts: dict[int, Beam] | None = None) -> Search:
         """Score the steps each beam has not had scored yet, then set each beam's aggregated
         score (a search part: it wishes one `Score` from the driver). Returns (as the
-        generator's return value) the number of LookAhead Verification requests.
+        generator's return value) the numbers of LookAhead Verification requests and of
+        complete speculative steps it declined.
 
-        With LookAhead Verification, complete speculative steps ride along
-        (`fasttts.runtime.lookahead_verification`). With `outcome`, a finished beam is scored once as a
+        With LookAhead Verification, complete speculative steps ride along where they are
+        worth the verifier's work (`fasttts.runtime.lookahead_verification`; the verifier's
+        `incremental` attribute says whether it reads its prefix cache). With `outcome`, a finished beam is scored once as a
         whole (one request whose single step is its text) and that score is its score. A beam
         with a greedy rollout in `rollouts` is scored through it
         (`fasttts.runtime.lookahead_rollout`)."""
@@ -437,15 +443,16 @@ class SearchRunner:
             scores = (yield Score([outcome_request(problem, b) for b in done])) if done else []
             for beam, sc in zip(done, scores):
                 beam.score = sc[0]
-            return 0
+            return 0, 0
         rollouts = rollouts or {}
         scored = [rollouts.get(b.beam_id, b) for b in beams]
-        plan = plan_requests(problem, scored, list(lookahead), self.cfg.step_delimiter)
+        plan = plan_requests(problem, scored, list(lookahead), self.cfg.step_delimiter,
+                             prefix_cached=self.verifier.incremental)
         if plan.requests:
             plan.apply((yield Score(plan.requests)))
         for beam, src in zip(beams, scored):
             if src is not beam:
                 beam.step_scores = src.step_scores[: len(beam.steps)]
             beam.score = aggregate(src.step_scores, self.agg_strategy) if src.step_scores else 0.0
-        return plan.num_lookahead
+        return plan.num_lookahead, plan.num_declined
 

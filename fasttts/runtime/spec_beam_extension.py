@@ -62,7 +62,7 @@ from fasttts.beam import Beam, HeadStart
 from fasttts.runtime import token_logprobs as _lp
 from fasttts.runtime.driver import NewSequence
 from fasttts.runtime.priorities import engine_priority
-from fasttts.runtime.spec_cost import SpeculationHistory
+from fasttts.runtime.spec_cost import SpeculationHistory, keep_probability
 
 __all__ = ["SpecBranch", "SpeculativeBeamExtension", "speculative_potentials"]
 
@@ -111,6 +111,9 @@ class SpecBranch:
             keeps them (`fasttts.runtime.token_logprobs`).
         weight: the share of each of its tokens the cost model's prior expects the next
             iteration to adopt (`SpeculationCost.expected_share`; 0 without a cost model).
+        keep_probability: the prior chance that a kept child takes it as its head start
+            (`fasttts.runtime.spec_cost.keep_probability` of its beam's bin), which LookAhead
+            Verification weighs (`fasttts.runtime.lookahead_verification`); 1 where unknown.
     """
 
     beam_id: int
@@ -123,6 +126,7 @@ class SpecBranch:
     step_scores: list[float] = field(default_factory=list)
     token_logprobs: list[float] = field(default_factory=list)
     weight: float = 0.0
+    keep_probability: float = 1.0
 
 
 @dataclass
@@ -294,7 +298,8 @@ class SpeculativeBeamExtension:
                 continue
             seq_id = f"{self.problem_id}/it{self._iteration}/b{c.beam.beam_id}/spec{j}"
             br = SpecBranch(c.beam.beam_id, j, seq_id, weight=(
-                0.0 if self.cost is None else self.cost.expected_share(c.potential, j)))
+                0.0 if self.cost is None else self.cost.expected_share(c.potential, j)),
+                keep_probability=keep_probability(c.potential, self.beam_width))
             adds.append(NewSequence(seq_id, self._prompt_ids + c.beam.token_ids, params,
                                     speculative=True))
             self._live[seq_id] = br

