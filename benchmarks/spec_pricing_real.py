@@ -17,8 +17,17 @@ suffixes restore an earlier policy for this run by replacing `SpeculationCost.br
 - `iv`: incremental verification alone (no speculation: the reference);
 - `sbe+la+iv:0~per-step`: SBE + LookAhead at R = 0 on top of it, priced per step only;
 - `sbe+la+iv:0~launch`: the same with the launch priced, the saving at the prior (ratio 1);
-- `sbe+la+iv:0`: the product's policy (launch priced, saving scaled by the yield ratio);
+- `sbe+la+iv:0~la-unpriced`: the launch priced, the saving scaled by the yield ratio
+  (`SpeculationHistory.yield_ratio`), LookAhead carrying every complete branch 0;
+- `sbe+la+iv:0`: the product's policy: that, with LookAhead priced too (a speculative step
+  rides along only where its expected verifier saving covers it,
+  `fasttts.runtime.lookahead_verification`);
 - `~fill` (any configuration): the paper's policy, every free slot.
+
+Every suffix also restores LookAhead as it was before it was priced (every complete branch
+0 rides along). Each configuration carries its speculation history across its problems, as
+one `fasttts eval` run does (`fasttts.bench.compare_engines.Engines`); rows made before that
+(2026-12-06 morning) started each problem without one.
 
 `--backend sim --hardware rtx4090 --pair 1.5b-7b=qwen2.5-math-1.5b,math-shepherd-7b ...`
 runs the same comparison on the simulated device (virtual-clock seconds).
@@ -68,7 +77,17 @@ def _fill(self, *args, **kwargs):
     return 0.0
 
 
-POLICIES.update({"~per-step": _per_step, "~launch": _launch, "~fill": _fill})
+def _always(*args) -> bool:
+    """LookAhead before it was priced: every complete branch 0 rides along."""
+    return True
+
+
+POLICIES.update({"~per-step": _per_step, "~launch": _launch, "~fill": _fill,
+                 "~la-unpriced": BREAK_EVEN})
+
+
+#: policy suffix -> the `Engines.histories` of its runs
+HISTORIES: dict = {}
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -82,11 +101,18 @@ def _runtime_of(name: str):
 
 
 def _run_row(engines, plan, s, n, index, dataset, prob, name):
-    SpeculationCost.break_even = POLICIES.get(_split(name)[1], BREAK_EVEN)
+    """One row of `name` with its policy in force and its own speculation history (policies
+    of one configuration share a `RunConfig`, whose history `Engines` would otherwise share)."""
+    suffix = _split(name)[1]
+    SpeculationCost.break_even = POLICIES.get(suffix, BREAK_EVEN)
+    lookahead.rides_along = _always if suffix else RIDES
+    shared, engines.histories = engines.histories, HISTORIES.setdefault(suffix, {})
     try:
         return RUN_ROW(engines, plan, s, n, index, dataset, prob, name)
     finally:
-        SpeculationCost.break_even = BREAK_EVEN
+        SpeculationCost.break_even, lookahead.rides_along = BREAK_EVEN, RIDES
+        engines.histories = shared
+
 
 
 def main() -> int:
