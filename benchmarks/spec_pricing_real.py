@@ -53,10 +53,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fasttts.bench.compare as compare  # noqa: E402
+import fasttts.runtime.lookahead_verification as lookahead  # noqa: E402
 from fasttts.runtime.spec_cost import SpeculationCost  # noqa: E402
 
-#: configuration-name suffix -> the `SpeculationCost.break_even` it runs with
+#: configuration-name suffix -> the `SpeculationCost.break_even` it runs with; every earlier
+#: policy also let LookAhead carry every complete branch 0 (`RIDES` is the product's rule)
 POLICIES = {}
+RIDES = lookahead.rides_along
 RUNTIME_OF, RUN_ROW = compare.runtime_of, compare._run_row
 BREAK_EVEN = SpeculationCost.break_even
 
