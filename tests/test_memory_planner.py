@@ -1,6 +1,7 @@
 """The roofline-guided KV allocation and the offload extension (FastTTS section 4.3)."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -585,3 +586,28 @@ def test_a_replan_on_measured_best_of_n_lengths_sizes_their_measured_peak():
     beam = _first_request("beam_search", 128)
     rp.observe(256, lengths, 0, beam.search)  # a tree method's paths: no peak of theirs
     assert len(rp._peaks) == 1
+
+
+def test_a_verifier_store_the_reuse_term_does_not_describe_keeps_the_static_share():
+    """Skywork runs in transformers with a store of whole prefixes (not vLLM's paged cache
+    the reuse term was fitted on): the plan leaves it the static split's half of M and plans
+    the batches only; the same workload with a paged verifier is split by the reuse term
+    (7B + Skywork 1.5B, RTX 4090, beam search n = 128: it gave the verifier 1.05 of 3.53 GiB,
+    which on the simulator made `m + iv` spend x1.72 `iv`'s verifier seconds)."""
+    from fasttts.config import (EngineConfig, RunConfig, RuntimeConfig, SearchConfig,
+                                VerifierConfig)
+    from fasttts.runtime.plan_workload import plan_input
+
+    m = int(3.53 * GiB)
+    gen, ver = load_model("qwen2.5-math-7b"), load_model("skywork-prm-1.5b")
+    cfg = RunConfig(backend="sim", generator=EngineConfig(model="qwen2.5-math-7b"),
+                    verifier=VerifierConfig(engine=EngineConfig(model="skywork-prm-1.5b")),
+                    search=SearchConfig(n=128, beam_width=4, max_tokens=2048),
+                    runtime=RuntimeConfig(incremental_verification=True))
+    inp = plan_input(cfg, m, gen, ver, load_hardware("rtx4090"))
+    assert inp.verifier_reuse and not inp.verifier_paged
+    plan = plan_memory(inp)
+    assert plan.verifier_kv_bytes == int(m * 0.5) and plan.generator_kv_bytes == m - int(m * 0.5)
+    paged = plan_memory(replace(inp, verifier_paged=True))
+    assert paged.verifier_kv_bytes < int(m * 0.4)  # the reuse term's split
+    assert (paged.b_pre, paged.b_dec) == (plan.b_pre, plan.b_dec)

@@ -83,11 +83,12 @@ def _plan(args: argparse.Namespace):
             offloading (the message says whether offloading would).
     """
     from fasttts.backends.sim import static_split
-    from fasttts.config import SearchConfig, SimConfig
+    from fasttts.config import EngineConfig, SearchConfig, SimConfig, VerifierConfig
     from fasttts.perf.specs import load_hardware, load_model
     from fasttts.runtime.memory_planner import (PlanError, PlanInput, offload_plan, plan_memory,
                                                 static_plan)
     from fasttts.runtime.plan_workload import search_shape
+    from fasttts.verifiers import verifier_runner
 
     hw = load_hardware(args.hardware)
     gen, ver = load_model(args.generator), load_model(args.verifier)
@@ -103,7 +104,9 @@ def _plan(args: argparse.Namespace):
     inp = PlanInput(memory_bytes=args.kv_budget or room, generator=gen, verifier=ver,
                     hardware=hw, num_requests=args.n, verifier_len=args.verifier_len,
                     decode_len=args.decode_len, decode_peak_len=args.decode_peak_len,
-                    cache_len=args.cache_len, **shape)
+                    cache_len=args.cache_len, **shape,
+                    verifier_paged=verifier_runner(VerifierConfig(
+                        engine=EngineConfig(model=args.verifier))) != "transformers")
     alt = None if args.no_offload else offload_plan(inp)
     try:
         plan = plan_memory(inp, allow_offload=False)

@@ -51,6 +51,10 @@ def _why_split(inp: PlanInput, plan: MemoryPlan) -> str:
         rule = f"{left} go to the generator (one pass: no prefix to keep between iterations)"
     elif not ver.saves:
         rule = f"{left} go to the generator (the verifier re-reads whole paths: no cache use)"
+    elif not ver.paged:
+        rule = (f"{left} are placed so that each model holds its static-split share of the "
+                f"budget (the verifier's store of whole prefixes in transformers is not the "
+                f"paged vLLM cache the planner's reuse term prices)")
     else:
         rule = (f"{left} are split where the two prefix caches save equal recompute time per "
                 f"byte (each model's recompute falls exponentially with its cache, by e per "

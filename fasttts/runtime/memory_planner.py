@@ -81,6 +81,11 @@ class PlanError(ValueError):
 PLAN_STEP_LEN = 64
 
 
+#: The generator's share of the KV memory in the search-and-learn baseline's static split
+#: (`static_plan`), which a verifier the reuse term cannot price keeps (`PlanInput.verifier_paged`).
+STATIC_GENERATOR_SHARE = 0.5
+
+
 @dataclass(frozen=True)
 class HitModel:
     """How one model's recompute falls with its KV cache (module docstring, T_reuse).
@@ -139,6 +144,12 @@ class PlanInput:
         verifier_reuse: the verifier reads its prefix cache (incremental verification or
             the judge); False = it prefills every path whole each iteration, so its cache saves
             nothing: its recompute term is R whatever its size (h = 0).
+        verifier_paged: the verifier's cache is vLLM's paged prefix cache (blocks shared
+            between paths, evicted tail first: what `VERIFIER_HIT` was fitted on); False = a
+            store the reuse term does not describe (Skywork's transformers store of whole
+            prefixes, least recently used first, `fasttts.verifiers.skywork`): the verifier
+            then keeps the static split's share of the memory (`STATIC_GENERATOR_SHARE`),
+            and only the batches are planned.
     """
 
     memory_bytes: int
@@ -159,6 +170,7 @@ class PlanInput:
     lineages: int = 1
     tree_len: int | None = None
     verifier_reuse: bool = True
+    verifier_paged: bool = True
 
     def __post_init__(self) -> None:
         for name in ("memory_bytes", "num_requests", "verifier_len", "decode_len", "share",
@@ -294,6 +306,7 @@ class ModelSide:
             sequences that start together and end apart peak below `per_seq`).
         floor: bytes its KV cache takes however small its batch (`PlanInput.verifier_floor`).
         reuse: its cache is read across iterations (the verifier: `verifier_reuse`).
+        paged: its cache is what the hit model describes (the verifier: `verifier_paged`).
         tree: bytes of one iteration's search tree W in its KV (bytes).
         full: rho * R, its recompute over the search when its cache keeps nothing (s; 0 for
             one pass).
@@ -302,8 +315,8 @@ class ModelSide:
 
     def __init__(self, inp: PlanInput, model: ModelSpec, per_seq: int, floor: int,
                  length: int, hit: HitModel, reuse: bool = True,
-                 per_seq_all: int | None = None):
-        self.per_seq, self.floor, self.reuse = per_seq, floor, reuse
+                 per_seq_all: int | None = None, paged: bool = True):
+        self.per_seq, self.floor, self.reuse, self.paged = per_seq, floor, reuse, paged
         self.n, self.per_seq_all = inp.num_requests, per_seq_all or per_seq
         self.tree = inp.tree_tokens * model.kv_bytes_per_token
         self.scale = hit.kappa * self.tree
@@ -343,7 +356,7 @@ class ModelSide:
 def model_sides(inp: PlanInput) -> tuple[ModelSide, ModelSide]:
     """The (verifier, generator) sides of the plan of `inp`."""
     return (ModelSide(inp, inp.verifier, inp.kv_ver, inp.verifier_floor, inp.verifier_len,
-                      VERIFIER_HIT, inp.verifier_reuse),
+                      VERIFIER_HIT, inp.verifier_reuse, paged=inp.verifier_paged),
             ModelSide(inp, inp.generator, inp.kv_gen, inp.generator_floor, inp.verifier_len,
                       GENERATOR_HIT, per_seq_all=inp.kv_gen_all))
 
@@ -355,11 +368,17 @@ def _split_left(ver: ModelSide, gen: ModelSide):
     `left`), the optimum is v = (ln(R_v b / (R_g a)) + T / b) / (1 / a + 1 / b), clipped to
     the needs (the sum is convex in v, so clipping keeps it optimal). A model whose cache saves
     nothing gets only its need; without any reuse term all of it goes to the generator (the
-    paper's tie rule)."""
+    paper's tie rule). A verifier whose cache the hit model does not describe (`ModelSide.paged`
+    False) keeps the static split's share of the total, clipped to the needs."""
 
     def split(ver_need: int, gen_need: int, left: int) -> tuple[int, int]:
         if not ver.saves:
             return ver_need, gen_need + left
+        if not ver.paged:
+            total = ver_need + gen_need + left
+            v = int(total * (1.0 - STATIC_GENERATOR_SHARE))
+            v = min(max(v, ver_need), ver_need + left)
+            return v, total - v
         if not gen.saves:
             return ver_need + left, gen_need
         total, a, b = ver_need + gen_need + left, ver.scale, gen.scale
@@ -526,7 +545,7 @@ def generator_only_plan(generator_kv_bytes: int, b_dec: int) -> MemoryPlan:
                       t_verify=0.0, t_decode=0.0, t_offload=0.0, kind="generator-only")
 
 
-def static_plan(inp: PlanInput, generator_share: float = 0.5) -> MemoryPlan:
+def static_plan(inp: PlanInput, generator_share: float = STATIC_GENERATOR_SHARE) -> MemoryPlan:
     """The baseline's static split: the generator gets `generator_share` of M, the verifier the
     rest, each batch as large as its share holds (at most N).
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from fasttts.perf.specs import HardwareSpec, ModelSpec
 from fasttts.runtime.memory_planner import PLAN_STEP_LEN, MemoryPlan, PlanInput, plan_memory
 from fasttts.search import make_strategy
-from fasttts.verifiers import reads_prefix_cache
+from fasttts.verifiers import reads_prefix_cache, verifier_runner
 
 __all__ = ["GUESSED_PROMPT_LEN", "measured_peak_len", "one_pass", "plan_for_run", "plan_input",
            "search_shape", "uniform_peak_len"]
@@ -109,7 +109,8 @@ def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
     holding the mean at once; with a measured length, at `peak_len` (a measured peak,
     `measured_peak_len`) when given; a length given in `runtime.plan_seq_len` is taken as
     every path's. Prefix sharing and the reuse term follow the method (`search_shape`);
-    `tree_len`: the measured tree size per path (tokens; `PlanInput`). `verifier_floor`,
+    `tree_len`: the measured tree size per path (tokens; `PlanInput`); a verifier run by
+    transformers keeps the static split's memory (`PlanInput.verifier_paged`). `verifier_floor`,
     `generator_floor`: see `PlanInput` (bytes).
 
     Raises:
@@ -130,7 +131,8 @@ def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
                      hardware=hardware, num_requests=cfg.search.n, verifier_len=seq_len,
                      decode_len=seq_len, decode_peak_len=peak, verifier_floor=verifier_floor,
                      generator_floor=generator_floor, tree_len=tree_len,
-                     verifier_reuse=reads_prefix_cache(cfg), **shape)
+                     verifier_reuse=reads_prefix_cache(cfg),
+                     verifier_paged=verifier_runner(cfg.verifier) != "transformers", **shape)
 
 
 def plan_for_run(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
