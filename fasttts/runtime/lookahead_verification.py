@@ -75,8 +75,8 @@ def rides_along(branch: SpecBranch, beam: Beam, prefix_cached: bool) -> bool:
     (module docstring): P x (L + uncached path tokens) >= L, with L the step's tokens, the
     path `beam`'s tokens (generator tokens, the problem's left out) and nothing of it
     uncached when the verifier reads its prefix cache (`prefix_cached`)."""
-    step = len(branch.token_ids) or len(branch.text)
-    uncached = 0 if prefix_cached else len(beam.token_ids) or len(beam.text)
+    step = len(branch.token_ids)
+    uncached = 0 if prefix_cached else len(beam.token_ids)
     return branch.keep_probability * (step + uncached) >= step
 
 
