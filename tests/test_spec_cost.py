@@ -104,6 +104,23 @@ def test_plan_shows_the_speculation_budget(capsys):
     assert "SBE fills no slot" in " ".join(capsys.readouterr().out.split())
 
 
+@pytest.mark.parametrize("width, shown", [
+    # B = 4: P = M / 10; a 64-token step after 512 uncached tokens rides from M = 2
+    # (0.2 x 576 = 115.2 >= 64; M = 1: 57.6 < 64); cached: P x 64 >= 64 needs P = 1
+    (4, "with incremental verification none (P at most 0.40), with whole-path scoring of "
+        "512-token paths M >= 2"),
+    (2, "with incremental verification none (P at most 0.67), with whole-path scoring of "
+        "512-token paths all"),
+])
+def test_plan_shows_which_bins_lookahead_carries(capsys, width, shown):
+    from fasttts.cli import main
+
+    assert main(["plan", "--hardware", "rtx4090", "--n", "64", "--beam-width", str(width)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "LookAhead Verification carries a 64-token speculative step" in out
+    assert shown in out
+
+
 def test_gpu_specs_charge_seeded_sampling_per_request_and_cpu_specs_do_not():
     """vLLM samples each seeded request with its own generator, one kernel per request
     (vllm/v1/sample/ops/topk_topp_sampler.py, random_sample): a GPU step of b seeded decodes

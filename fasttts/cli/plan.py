@@ -165,7 +165,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     print(f"search: {args.method}: {inp.iterations} iterations, search tree {inp.tree_tokens} "
           f"tokens")
     for line in [*explain_plan(inp, plan, static, alt, considered=not args.no_offload),
-                 speculation_budget(inp, plan, args.beam_width)]:
+                 speculation_budget(inp, plan, args.beam_width),
+                 lookahead_budget(inp, args.beam_width)]:
         print(textwrap.fill(line, width, initial_indent="- ", subsequent_indent="  "))
     return 0
 
@@ -193,6 +194,27 @@ def speculation_budget(inp, plan, beam_width: int) -> str:
             f"ratio R: its siblings' copies); a branch is launched while the phase has the "
             f"steps left that repay its launch, the prefill of its prompt's last partial KV "
             f"block ({inp.hardware.kv_block_size}-token blocks)")
+
+
+def lookahead_budget(inp, beam_width: int) -> str:
+    """One line: which bins' speculative steps LookAhead Verification carries
+    (`fasttts.runtime.lookahead_verification.worth_riding`), for a step of `PLAN_STEP_LEN`
+    tokens after a path of S_cache tokens, beside incremental verification (the path cached)
+    and under whole-path scoring (all of it computed again)."""
+    from fasttts.runtime.lookahead_verification import worth_riding
+    from fasttts.runtime.memory_planner import PLAN_STEP_LEN
+    from fasttts.runtime.spec_cost import keep_probability
+
+    def bins(uncached: int) -> str:
+        ok = [m for m in range(beam_width, 0, -1)
+              if worth_riding(keep_probability(m, beam_width), PLAN_STEP_LEN, uncached)]
+        return "none" if not ok else "all" if len(ok) == beam_width else f"M >= {ok[-1]}"
+
+    top = keep_probability(beam_width, beam_width)
+    return (f"LookAhead Verification carries a {PLAN_STEP_LEN}-token speculative step where "
+            f"P x (L + the path's uncached tokens) >= L: with incremental verification "
+            f"{bins(0)} (P at most {top:.2f}), with whole-path scoring of "
+            f"{inp.s_cache}-token paths {bins(inp.s_cache)}")
 
 
 def _repaid(b) -> str:

@@ -37,7 +37,7 @@ from fasttts.runtime.token_logprobs import path_step_logprobs, with_branch_logpr
 from fasttts.steps import split_steps
 from fasttts.verifiers.base import ScoreRequest
 
-__all__ = ["LookaheadPlan", "plan_requests", "rides_along"]
+__all__ = ["LookaheadPlan", "plan_requests", "rides_along", "worth_riding"]
 
 
 class LookaheadPlan:
@@ -70,14 +70,20 @@ class LookaheadPlan:
                 branch.step_scores = list(sc[own:])
 
 
+def worth_riding(keep_probability: float, step_tokens: int, uncached_tokens: int) -> bool:
+    """The rule of the module docstring: P x (L + U) >= L for a speculative step of L =
+    `step_tokens` tokens whose separate request would also compute U = `uncached_tokens`
+    tokens of the path, kept with chance P = `keep_probability`."""
+    return keep_probability * (step_tokens + uncached_tokens) >= step_tokens
+
+
 def rides_along(branch: SpecBranch, beam: Beam, prefix_cached: bool) -> bool:
     """Whether `branch`'s complete speculative step is worth appending to `beam`'s request
-    (module docstring): P x (L + uncached path tokens) >= L, with L the step's tokens, the
-    path `beam`'s tokens (generator tokens, the problem's left out) and nothing of it
-    uncached when the verifier reads its prefix cache (`prefix_cached`)."""
-    step = len(branch.token_ids)
+    (`worth_riding`): L the step's tokens, the path `beam`'s tokens (generator tokens, the
+    problem's left out), none of it uncached when the verifier reads its prefix cache
+    (`prefix_cached`)."""
     uncached = 0 if prefix_cached else len(beam.token_ids)
-    return branch.keep_probability * (step + uncached) >= step
+    return worth_riding(branch.keep_probability, len(branch.token_ids), uncached)
 
 
 def plan_requests(problem: str, beams: list[Beam], branches: list[SpecBranch],
