@@ -88,7 +88,7 @@ def _plan(args: argparse.Namespace):
     from fasttts.runtime.memory_planner import (PlanError, PlanInput, offload_plan, plan_memory,
                                                 static_plan)
     from fasttts.runtime.plan_workload import search_shape
-    from fasttts.verifiers import verifier_runner
+    from fasttts.verifiers import paged_prefix_cache
 
     hw = load_hardware(args.hardware)
     gen, ver = load_model(args.generator), load_model(args.verifier)
@@ -105,8 +105,8 @@ def _plan(args: argparse.Namespace):
                     hardware=hw, num_requests=args.n, verifier_len=args.verifier_len,
                     decode_len=args.decode_len, decode_peak_len=args.decode_peak_len,
                     cache_len=args.cache_len, **shape,
-                    verifier_paged=verifier_runner(VerifierConfig(
-                        engine=EngineConfig(model=args.verifier))) != "transformers")
+                    verifier_paged=paged_prefix_cache(VerifierConfig(
+                        engine=EngineConfig(model=args.verifier))))
     alt = None if args.no_offload else offload_plan(inp)
     try:
         plan = plan_memory(inp, allow_offload=False)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from fasttts.perf.specs import HardwareSpec, ModelSpec
 from fasttts.runtime.memory_planner import PLAN_STEP_LEN, MemoryPlan, PlanInput, plan_memory
 from fasttts.search import make_strategy
-from fasttts.verifiers import reads_prefix_cache, verifier_runner
+from fasttts.verifiers import paged_prefix_cache, reads_prefix_cache
 
 __all__ = ["GUESSED_PROMPT_LEN", "measured_peak_len", "one_pass", "plan_for_run", "plan_input",
            "search_shape", "uniform_peak_len"]
@@ -132,7 +132,7 @@ def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
                      decode_len=seq_len, decode_peak_len=peak, verifier_floor=verifier_floor,
                      generator_floor=generator_floor, tree_len=tree_len,
                      verifier_reuse=reads_prefix_cache(cfg),
-                     verifier_paged=verifier_runner(cfg.verifier) != "transformers", **shape)
+                     verifier_paged=paged_prefix_cache(cfg.verifier), **shape)
 
 
 def plan_for_run(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,

@@ -9,7 +9,7 @@ from fasttts.config import VerifierConfig, VerifierKind
 from fasttts.verifiers.base import AGG_STRATEGIES, ScoreRequest, Verifier, aggregate
 
 __all__ = ["AGG_STRATEGIES", "MODEL_FREE_KINDS", "VERIFIER_KINDS", "IncrementalNotSupported",
-           "ScoreRequest", "Verifier", "aggregate", "build_verifier", "incremental_kinds", "infer_kind",
+           "ScoreRequest", "Verifier", "aggregate", "build_verifier", "incremental_kinds", "infer_kind", "paged_prefix_cache",
            "reads_prefix_cache", "verifier_class", "verifier_runner"]
 
 #: The scoring formats, as `fasttts.config.VerifierKind` names them.
@@ -72,6 +72,13 @@ def verifier_runner(cfg: VerifierConfig) -> str | None:
     Skywork PRM is priced as the transformers model the product runs)."""
     kind = infer_kind(cfg.engine.model) if cfg.kind == "auto" else cfg.kind
     return verifier_class(kind).runner
+
+
+def paged_prefix_cache(cfg: VerifierConfig) -> bool:
+    """Whether the verifier `cfg` builds keeps its prefixes in vLLM's paged prefix cache (what
+    the memory planner's reuse term describes, `PlanInput.verifier_paged`); False for a
+    verifier run by transformers, whose store holds whole prefixes (Skywork)."""
+    return verifier_runner(cfg) != "transformers"
 
 
 def reads_prefix_cache(cfg) -> bool:
