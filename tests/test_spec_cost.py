@@ -321,3 +321,29 @@ def test_the_simulator_runs_vllm_cpu_block_sizes_on_cpu_specs():
         assert (g.cache_stats().block_size, v.engine.kv.block_size) == (gen_bs, ver_bs)
         assert g.cost.block_size == gen_bs
         assert default_block_size(load_hardware(hw), iv) == ver_bs
+
+
+def test_yield_evidence_fades_so_a_runner_that_learned_a_low_yield_tries_again():
+    """Each phase's end discounts the yield evidence by 2^(-1/half_life): after one half-life
+    of phases without speculation a zero yield weighs half as much, and the ratio climbs
+    back toward the prior's 1 (hand-computed)."""
+    from fasttts.runtime.spec_cost import SpeculationHistory
+
+    h = SpeculationHistory(half_life=4)
+    h.record_yield(expected=192.0, saved_steps=0, width=8)
+    assert h.yield_ratio == pytest.approx(64 / 256)
+    for _ in range(4):  # four phases without speculation: the 192 expected tokens weigh 96
+        h.record(10)
+    assert h.expected_tokens == pytest.approx(96.0)
+    assert h.yield_ratio == pytest.approx(64 / 160)
+    for _ in range(12):
+        h.record(10)
+    assert h.yield_ratio == pytest.approx(64 / (64 + 12))
+    h.record_yield(expected=50.0, saved_steps=10, width=8)  # new evidence at full weight
+    assert h.yield_ratio == pytest.approx((80 + 64) / (12 + 50 + 64))
+    never = SpeculationHistory(half_life=float("inf"))
+    never.record_yield(expected=192.0, saved_steps=0, width=8)
+    never.record(10)
+    assert never.yield_ratio == pytest.approx(64 / 256)
+    with pytest.raises(ValueError, match="half_life must be > 0"):
+        SpeculationHistory(half_life=0)

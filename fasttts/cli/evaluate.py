@@ -97,26 +97,13 @@ def single_sample_search(search):
 def run_settings(cfg) -> str:
     """What a run (`fasttts.config.RunConfig`) ran beyond its method and n, as one line: the
     search settings off their defaults (`SearchConfig`, `name value`), then the FastTTS
-    techniques on (`RuntimeConfig`'s switches, after the method's defaults) and their settings
-    off their defaults (with Speculative Beam Extension always its spec_truncation_ratio, and
-    "exact off" where it is), or "baseline (no FastTTS technique)". E.g. "search:
-    tie_tolerance 0.01; techniques: incremental_verification"."""
-    def changed(model, skip=(), always=()) -> list[str]:
-        return [f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
-                for k, v in model.model_dump().items() if k not in skip
-                and (k in always or v != type(model).model_fields[k].get_default())]
+    techniques (`fasttts.cli.run_options.techniques_on`). E.g. "search: tie_tolerance 0.01;
+    techniques: incremental_verification"."""
+    from fasttts.cli.run_options import setting_changes, techniques_on
 
-    search = changed(cfg.search, skip=("method", "n"))
-    rt = cfg.runtime
-    switches = {k: v for k, v in rt.model_dump().items() if isinstance(v, bool)}
-    on = [k for k, v in switches.items() if v and k not in ("fasttts_bundle", "exact")]
-    if on:
-        r = "spec_truncation_ratio"  # Speculative Beam Extension's R: always shown with it
-        skip = list(switches) + ([] if rt.spec_beam_extension else [r])
-        on += changed(rt, skip=skip, always=(r,))
-        on += [] if rt.exact or not rt.spec_beam_extension else ["exact off"]
-    techniques = ("techniques: " + ", ".join(on)) if on else "baseline (no FastTTS technique)"
-    return "; ".join(([f"search: {', '.join(search)}"] if search else []) + [techniques])
+    search = setting_changes(cfg.search, skip=("method", "n"))
+    return "; ".join(([f"search: {', '.join(search)}"] if search else [])
+                     + [techniques_on(cfg.runtime)])
 
 
 def print_summary(summary: dict, args: argparse.Namespace, cfg,

@@ -8,7 +8,8 @@ import argparse
 
 from fasttts.cli.sizes import POSITIVE_INT, parse_size
 
-__all__ = ["add_run_options", "check_models", "run_config", "runtime_config"]
+__all__ = ["add_run_options", "check_models", "run_config", "runtime_config", "setting_changes",
+           "techniques_on"]
 
 #: The `EngineConfig` fields both engines take from one flag each; `num_threads` is --threads.
 _ENGINE_FLAGS = ("block_size", "max_model_len", "dtype", "num_threads", "tensor_parallel_size")
@@ -79,6 +80,31 @@ def _technique_flags() -> list[str]:
 
     return [name for name, f in RuntimeConfig.model_fields.items()
             if f.annotation in (bool, bool | None) and name != "fasttts_bundle"]
+
+
+def setting_changes(model, skip=(), always=()) -> list[str]:
+    """The fields of config `model` off their defaults (and those in `always`), but those in
+    `skip`, as "name value" (floats in %g)."""
+    return [f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+            for k, v in model.model_dump().items() if k not in skip
+            and (k in always or v != type(model).model_fields[k].get_default())]
+
+
+def techniques_on(rt) -> str:
+    """The FastTTS techniques a `RuntimeConfig` `rt` runs, as one phrase for a run's header
+    (`fasttts eval`) and the server's start line: "techniques: " and the switches on (after
+    the method's defaults), then their settings off their defaults (with Speculative Beam
+    Extension always its spec_truncation_ratio, and "exact off" where it is); or "baseline
+    (no FastTTS technique)"."""
+    switches = {k: v for k, v in rt.model_dump().items() if isinstance(v, bool)}
+    on = [k for k, v in switches.items() if v and k not in ("fasttts_bundle", "exact")]
+    if not on:
+        return "baseline (no FastTTS technique)"
+    r = "spec_truncation_ratio"  # Speculative Beam Extension's R: always shown with it
+    skip = list(switches) + ([] if rt.spec_beam_extension else [r])
+    on += setting_changes(rt, skip=skip, always=(r,))
+    on += [] if rt.exact or not rt.spec_beam_extension else ["exact off"]
+    return "techniques: " + ", ".join(on)
 
 
 def _add_technique_options(p: argparse.ArgumentParser) -> None:

@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 
-from fasttts.cli.run_options import add_run_options, check_models, run_config
+from fasttts.cli.run_options import add_run_options, check_models, run_config, techniques_on
 from fasttts.cli.sizes import PORT, POSITIVE_INT, number, parse_size
 
 __all__ = ["add_parser", "server_limits"]
@@ -167,7 +167,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     api_key = args.api_key or os.environ.get("FASTTTS_API_KEY") or None
     sock = _listen(args.host, args.port)
     logger.info(start_line(cfg, list(limits.served_model_names), server_url(args.host, args.port),
-                           describe_platform(run_platform(cfg))))
+                           describe_platform(run_platform(cfg)), techniques_on(cfg.runtime)))
     started = time.monotonic()
     try:
         state = build_state(cfg, limits, api_key=api_key, max_active=args.max_active_requests,

@@ -48,7 +48,12 @@ f_j each took to finish, the phase was max(f_j + h_j) - max(f_j) steps shorter t
 speculation (exact at R = 0, where a head start is the child's own tokens), worth that many
 steps of b sequences, i.e. b times as many tokens at T(b)/b. The saving above is scaled by
 the ratio of these realized token-equivalents to the prior's expected ones over the phases
-seen so far (`SpeculationHistory.yield_ratio`, starting at 1).
+seen so far (`SpeculationHistory.yield_ratio`, starting at 1). The evidence is discounted:
+each phase that ends halves its weight after `half_life` phases (a discounted estimate, as
+discounted UCB does for a bandit whose rewards drift, Garivier & Moulines 2011), speculated
+or not. A runner that learned a low yield thus launches again after a few half-lives without
+speculation and measures anew (a server whose workload or load changed), at the cost of one
+phase's probe per few half-lives where speculation still does not pay.
 
 On a GPU (16-token blocks, a memory-bound step) the launch is a few tokens of a step that
 reads the weights anyway, and every free slot is worth it at small batch (the paper's
@@ -201,22 +206,35 @@ class SpeculationHistory:
     FastTTS section 3).
 
     Yield: `yield_ratio` = (realized + k) / (expected + k) over the phases recorded
-    (`record_yield`), k = `prior_tokens` pseudo-tokens at the prior's ratio 1.
+    (`record_yield`), k = `prior_tokens` pseudo-tokens at the prior's ratio 1; both sums are
+    discounted by 2^(-1/`half_life`) at the end of every phase (`record`), so evidence
+    `half_life` phases old weighs half as much (module docstring).
 
     Args:
         keep: phase lengths remembered (the oldest are forgotten first).
         prior_tokens: k, the weight of the prior.
+        half_life: phases after which a phase's yield evidence weighs half (> 0; inf: never
+            forgotten).
+
+    Raises:
+        ValueError: `half_life` not > 0.
     """
 
-    def __init__(self, keep: int = 256, prior_tokens: float = 64.0):
+    def __init__(self, keep: int = 256, prior_tokens: float = 64.0, half_life: float = 64.0):
+        if not half_life > 0:
+            raise ValueError(f"half_life must be > 0 phases (inf: never forget), got {half_life}")
         self._lengths: deque[int] = deque(maxlen=keep)
         self._prior = prior_tokens
+        self._discount = 0.5 ** (1.0 / half_life)
         self.expected_tokens = 0.0
         self.realized_tokens = 0.0
 
     def record(self, steps: int) -> None:
-        """A phase ended after `steps` engine steps."""
+        """A phase ended after `steps` engine steps; the yield evidence so far is discounted
+        by one phase (class docstring)."""
         self._lengths.append(steps)
+        self.expected_tokens *= self._discount
+        self.realized_tokens *= self._discount
 
     @property
     def num_phases(self) -> int:

@@ -96,17 +96,19 @@ def server_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def start_line(cfg, served_names, url: str, platform: str = "") -> str:
+def start_line(cfg, served_names, url: str, platform: str = "", techniques: str = "") -> str:
     """The line `fasttts serve` logs before it builds the engines: address, served model
     names, the models behind them, the backend (on the simulator: that its texts are
-    synthetic) and what it runs on (`platform`:
-    `fasttts.engines.platform_info.describe_platform`, the resolved dtype and threads)."""
+    synthetic), what it runs on (`platform`:
+    `fasttts.engines.platform_info.describe_platform`, the resolved dtype and threads) and the
+    FastTTS techniques the server's searches run with, each method those it has
+    (`techniques`: `fasttts.cli.run_options.techniques_on`)."""
     backend = ("sim (simulated: texts are synthetic, timings are a simulated "
                f"{cfg.sim.hardware})" if cfg.backend == "sim" else cfg.backend)
     names = ", ".join(served_names)
     verifier = ("the generator's own confidence" if cfg.verifier.kind == "confidence"
                 else cfg.verifier.engine.model)
-    on = f"; {platform}" if platform else ""
+    on = "".join(f"; {x}" for x in (platform, techniques) if x)
     return (f"fasttts serve: {url}, model {names} (generator {cfg.generator.model}, verifier "
             f"{verifier}), backend {backend}{on}; starting the engines")
 
