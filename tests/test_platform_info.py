@@ -120,8 +120,9 @@ def test_eval_refuses_to_add_problems_run_on_another_platform(tmp_path, capsys):
 def test_eval_writes_the_platform_and_shows_it_in_the_table_header(tmp_path, capsys,
                                                                     monkeypatch):
     """The header says what ran: the settings off their defaults and the techniques on
-    (`run_settings`), then the platform."""
-    monkeypatch.setenv("COLUMNS", "120")
+    (`run_settings`), then the platform, each on a line of its own that a narrow console or
+    a redirected output does not break."""
+    monkeypatch.setenv("COLUMNS", "60")
     argv = ["eval", "--dataset", "gsm8k", "--limit", "1", "--backend", "sim", "--n", "4",
             "--beam-width", "2", "--output-dir", str(tmp_path / "run")]
     assert main(argv) == 0
@@ -130,18 +131,20 @@ def test_eval_writes_the_platform_and_shows_it_in_the_table_header(tmp_path, cap
     assert platform == {"backend": "sim", "device": "simulated rtx4090",
                         "priced_at": {"generator": "bfloat16", "verifier": "bfloat16"}}
     lines = out.splitlines()
-    title = next(i for i, line in enumerate(lines) if "beam_search n=4 on gsm8k" in line)
-    assert lines[title + 1].strip() == "search: beam_width 2; baseline (no FastTTS technique)"
-    assert lines[title + 2].strip() == describe_platform(platform)
+    title = lines.index("beam_search n=4 on gsm8k, 1 problems")
+    assert lines[title + 1] == "search: beam_width 2; baseline (no FastTTS technique)"
+    assert lines[title + 2] == describe_platform(platform)
     argv[-1] = str(tmp_path / "run2")
     assert main(argv + ["--tie-tolerance", "0.01", "--fasttts", "--spec-truncation-ratio",
                         "0"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    title = next(i for i, line in enumerate(lines) if "beam_search n=4 on gsm8k" in line)
-    assert " ".join(x.strip() for x in lines[title + 1:title + 3]) == (
+    title = lines.index("beam_search n=4 on gsm8k, 1 problems")
+    assert lines[title + 1] == (
         "search: beam_width 2, tie_tolerance 0.01; techniques: spec_beam_extension, "
         "lookahead_verification, prefix_aware_scheduling, memory_planner, "
         "incremental_verification, spec_truncation_ratio 0")
+    assert lines[title + 2] == describe_platform(platform)
+    assert lines[title + 6].startswith("│ times in ")  # the table under the header
 
 
 def test_serve_start_line_says_what_runs():

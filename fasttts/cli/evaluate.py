@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fasttts.cli.run_options import add_run_options, check_models, run_config
-from fasttts.cli.tables import table
+from fasttts.cli.run_options import (add_run_options, check_models, run_config, setting_changes,
+                                     techniques_on)
+from fasttts.cli.tables import print_table, table
 
 __all__ = ["GREEDY_BASELINE", "add_parser", "print_summary", "run_settings",
            "single_sample_search"]
@@ -99,8 +100,6 @@ def run_settings(cfg) -> str:
     search settings off their defaults (`SearchConfig`, `name value`), then the FastTTS
     techniques (`fasttts.cli.run_options.techniques_on`). E.g. "search: tie_tolerance 0.01;
     techniques: incremental_verification"."""
-    from fasttts.cli.run_options import setting_changes, techniques_on
-
     search = setting_changes(cfg.search, skip=("method", "n"))
     return "; ".join(([f"search: {', '.join(search)}"] if search else [])
                      + [techniques_on(cfg.runtime)])
@@ -114,7 +113,6 @@ def print_summary(summary: dict, args: argparse.Namespace, cfg,
     `fasttts.engines.platform_info.describe_platform`), with the times' clock (on the simulated
     `cfg.sim.hardware`, or the wall clock), accuracy, the single-sample baseline's, goodput,
     latency and cache statistics."""
-    from rich.console import Console
     from rich.text import Text
 
     from fasttts.engines.platform_info import describe_platform
@@ -122,11 +120,11 @@ def print_summary(summary: dict, args: argparse.Namespace, cfg,
     clock = summary.get("clock")
     where = (f"simulated {cfg.sim.hardware}, virtual-clock seconds" if clock == "simulated"
              else "wall-clock seconds")
-    t = table(f"{args.method} n={args.n} on {args.dataset}, {summary['num_problems']} problems",
-              run_settings(cfg) + "\n" + describe_platform(platform))
+    title = f"{args.method} n={args.n} on {args.dataset}, {summary['num_problems']} problems"
+    t = table()
     t.add_column("metric")
     t.add_column("value", justify="right")
-    t.add_row("times", where)
+    t.add_row("times in", where)
     t.add_row("results", Text(str(args.output_dir)))
     acc = summary["accuracy"]
     if acc:
@@ -157,4 +155,4 @@ def print_summary(summary: dict, args: argparse.Namespace, cfg,
     if summary.get("verifier_prefix_cache_hit_rate") is not None:
         t.add_row("verifier prefix-cache hit rate",
                   f"{summary['verifier_prefix_cache_hit_rate']:.2f}")
-    Console().print(t)
+    print_table(t, [title, run_settings(cfg), describe_platform(platform)])
