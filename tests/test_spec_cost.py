@@ -251,9 +251,9 @@ def test_the_yield_ratio_weighs_realized_savings_against_the_prior():
 
     h = SpeculationHistory()
     assert h.yield_ratio == 1.0
-    h.record_yield(expected=200.0, saved_steps=0, width=8)  # head starts that saved nothing
+    h.record_yield(expected=200.0, realized=0.0)  # head starts that saved nothing
     assert h.yield_ratio == pytest.approx(64 / 264)
-    h.record_yield(expected=100.0, saved_steps=30, width=8)
+    h.record_yield(expected=100.0, realized=240.0)
     assert h.yield_ratio == pytest.approx((240 + 64) / (300 + 64))
     c = _cost(*GPU[:2])
     assert c.saving(4, 16, 600, 1, ratio=0.25) == pytest.approx(0.25 * c.saving(4, 16, 600, 1))
@@ -330,7 +330,7 @@ def test_yield_evidence_fades_so_a_runner_that_learned_a_low_yield_tries_again()
     from fasttts.runtime.spec_cost import SpeculationHistory
 
     h = SpeculationHistory(half_life=4)
-    h.record_yield(expected=192.0, saved_steps=0, width=8)
+    h.record_yield(expected=192.0, realized=0.0)
     assert h.yield_ratio == pytest.approx(64 / 256)
     for _ in range(4):  # four phases without speculation: the 192 expected tokens weigh 96
         h.record(10)
@@ -339,11 +339,59 @@ def test_yield_evidence_fades_so_a_runner_that_learned_a_low_yield_tries_again()
     for _ in range(12):
         h.record(10)
     assert h.yield_ratio == pytest.approx(64 / (64 + 12))
-    h.record_yield(expected=50.0, saved_steps=10, width=8)  # new evidence at full weight
+    h.record_yield(expected=50.0, realized=80.0)  # new evidence at full weight
     assert h.yield_ratio == pytest.approx((80 + 64) / (12 + 50 + 64))
     never = SpeculationHistory(half_life=float("inf"))
-    never.record_yield(expected=192.0, saved_steps=0, width=8)
+    never.record_yield(expected=192.0, realized=0.0)
     never.record(10)
     assert never.yield_ratio == pytest.approx(64 / 256)
     with pytest.raises(ValueError, match="half_life must be > 0"):
         SpeculationHistory(half_life=0)
+
+
+def test_a_saved_step_is_worth_the_step_of_the_beams_that_would_still_run():
+    """The steps head starts saved are the tail of the phase without them: valued at the
+    step time of the beams that would still have run (hand-computed on a linear step cost),
+    b tokens a step where the step time does not grow with the batch."""
+    from fasttts.runtime.spec_cost import saved_tokens
+
+    class Linear:  # T(r) = 1 + r seconds: every sequence adds a second
+        def step(self, seqs, context):
+            return 1.0 + seqs if seqs else 0.0
+
+    class Flat:  # T(r) = 5 s at any batch: the weights' read
+        def step(self, seqs, context):
+            return 5.0 if seqs else 0.0
+
+    finished, heads = [10, 6, 4, 2], [0, 7, 2, 0]  # ends 10, 13, 6, 2: steps 10-12 saved
+    # saved steps 10, 11, 12 each ran one beam (end 13): T(1) = 2 s against T(4)/4 = 1.25 s
+    assert saved_tokens(finished, heads, Linear(), 4, 600) == pytest.approx(3 * 2 / 1.25)
+    assert saved_tokens(finished, heads, Flat(), 4, 600) == pytest.approx(3 * 4)
+    assert saved_tokens(finished, heads, None, 4, 600) == 12.0
+    # two beams still running for two of the saved steps: T(2) = 3 s
+    assert saved_tokens([5, 5, 1], [3, 2, 0], Linear(), 3, 600) == pytest.approx(
+        (3 + 3 + 2) / (4 / 3))
+    # b caps the beams a step runs (the engine's max_num_seqs)
+    assert saved_tokens([0, 0, 0], [2, 2, 2], Linear(), 2, 600) == pytest.approx(
+        2 * 3 / 1.5)
+    assert saved_tokens([5, 4], [0, 1], Linear(), 2, 600) == 0.0  # none ends later
+    assert saved_tokens([], [], Linear(), 2, 600) == 0.0
+
+
+def test_at_large_n_priced_speculation_is_neither_a_loss_nor_every_free_slot():
+    """Simulated RTX 4090, n = 256 (a step reads 256 long contexts, so T(1) is a fraction of
+    T(256), and the steps head starts save are the next phase's tail, where few beams run):
+    cost-aware speculation launches fewer branches than every free slot, and spends less
+    generator time than both every free slot and no speculation at all, on the same search
+    at R = 0."""
+    priced, paper = _search(GPU, 256), _search(GPU, 256, costed=False)
+    hw, gen, ver = GPU
+    cfg = RunConfig(backend="sim", generator=EngineConfig(model=gen),
+                    verifier=VerifierConfig(engine=EngineConfig(model=ver)),
+                    search=SearchConfig(n=256, beam_width=4, seed=1), sim=SimConfig(hardware=hw))
+    g, v = build_sim(cfg)
+    off = SearchRunner(g, v, cfg.search, runtime=cfg.runtime).run(PROBLEM, "p")
+    assert priced.spec["branches"] < paper.spec["branches"]
+    assert priced.generator_time < min(paper.generator_time, off.generator_time)
+    assert ([b.text for b in priced.completions] == [b.text for b in paper.completions]
+            == [b.text for b in off.completions])

@@ -62,7 +62,7 @@ from fasttts.beam import Beam, HeadStart
 from fasttts.runtime import token_logprobs as _lp
 from fasttts.runtime.driver import NewSequence
 from fasttts.runtime.priorities import engine_priority
-from fasttts.runtime.spec_cost import SpeculationHistory, keep_probability
+from fasttts.runtime.spec_cost import SpeculationHistory, keep_probability, saved_tokens
 
 __all__ = ["SpecBranch", "SpeculativeBeamExtension", "speculative_potentials"]
 
@@ -209,6 +209,7 @@ class SpeculativeBeamExtension:
         self._cands = []
         self._potential = speculative_potentials(beams, self.beam_width)
         self._slots = slots
+        self._max_seqs = generator.max_num_seqs
         self._context = len(prompt_ids) + (
             sum(b.num_tokens for b in beams) // len(beams) if beams else 0)
         self._preemptions = generator.cache_stats().num_preemptions
@@ -353,14 +354,17 @@ class SpeculativeBeamExtension:
         return []
 
     def _record_yield(self) -> None:
-        """What this phase's head starts saved (`fasttts.runtime.spec_cost`): with h_j the
-        head-start tokens of beam j and f_j the engine steps it took (0 for a head start that
-        was its whole step), the phase ended max(f_j + h_j) - max(f_j) steps sooner."""
+        """What this phase's head starts saved (`fasttts.runtime.spec_cost.saved_tokens`): with
+        h_j the head-start tokens of beam j and f_j the engine steps it took (0 for a head
+        start that was its whole step), the phase ended max(f_j + h_j) - max(f_j) steps
+        sooner, each worth the step of the beams that would still have run."""
         if self._heads_value > 0.0 and self._beams:
             done = [self._done_at.get(b, 0) for b in self._beams]
-            saved = (max(f + self._heads.get(b, 0) for f, b in zip(done, self._beams))
-                     - max(done))
-            self.history.record_yield(self._heads_value, saved, len(self._beams))
+            heads = [self._heads.get(b, 0) for b in self._beams]
+            decode = None if self.cost is None else self.cost.decode
+            width = min(len(self._beams), self._max_seqs)  # the phase without head starts
+            self.history.record_yield(self._heads_value, saved_tokens(
+                done, heads, decode, width, self._context))
         self._heads, self._heads_value = {}, 0.0
 
     def parked(self) -> list[str]:

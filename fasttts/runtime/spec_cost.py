@@ -45,8 +45,13 @@ child does, so head starts save steps only where they shorten the children that 
 finished last (at R = 0 usually all of a kept beam's children need their own branch). After
 each phase the runner measures that: with the children's head starts h_j and the engine steps
 f_j each took to finish, the phase was max(f_j + h_j) - max(f_j) steps shorter than without
-speculation (exact at R = 0, where a head start is the child's own tokens), worth that many
-steps of b sequences, i.e. b times as many tokens at T(b)/b. The saving above is scaled by
+speculation (exact at R = 0, where a head start is the child's own tokens). Those steps are
+the tail of the phase without head starts: at step t only the r_t = #{j: f_j + h_j > t}
+children that would still be running run, so a saved step is worth T(r_t), not a full
+step's T(b) (the speculative sequences a step also runs are priced when they launch); in
+tokens at T(b)/b, sum_t T(r_t) / (T(b)/b) (`saved_tokens`): b tokens a step where the step
+time does not grow with the batch, fewer where it does (a CPU; a GPU reading long contexts
+at large n). The saving above is scaled by
 the ratio of these realized token-equivalents to the prior's expected ones over the phases
 seen so far (`SpeculationHistory.yield_ratio`, starting at 1). The evidence is discounted:
 each phase that ends halves its weight after `half_life` phases (a discounted estimate, as
@@ -72,7 +77,8 @@ from dataclasses import dataclass
 
 from fasttts.perf.roofline import DecodeCost
 
-__all__ = ["BinPrice", "SpeculationCost", "SpeculationHistory", "keep_probability"]
+__all__ = ["BinPrice", "SpeculationCost", "SpeculationHistory", "keep_probability",
+           "saved_tokens"]
 
 
 def keep_probability(potential: int, beam_width: int) -> float:
@@ -81,6 +87,40 @@ def keep_probability(potential: int, beam_width: int) -> float:
     score (module docstring): 2 M_i / (B (B + 1)), at most 1; its mean over the bins is 1/B,
     the share of beams the search keeps."""
     return min(1.0, 2.0 * potential / (beam_width * (beam_width + 1)))
+
+
+def saved_tokens(finished: list[int], heads: list[int], decode: DecodeCost | None,
+                 slots: int, context: int) -> float:
+    """What a phase's head starts saved it, in token-equivalents at T(b)/b (module docstring).
+
+    Args:
+        finished: f_j, the engine steps each of the phase's standard beams took.
+        heads: h_j, each beam's head-start tokens (0 without one), in the same order.
+        decode: the generator's decode-step cost model, or None (every saved step is worth b
+            tokens).
+        slots: b, the phase's standard sequences in a step (at most the engine's
+            max_num_seqs).
+        context: cached tokens per sequence.
+
+    Returns:
+        sum over the saved steps t in [max f, max(f + h)) of T(r_t) / (T(b)/b), r_t the
+        beams with f_j + h_j > t (at most b); 0.0 where nothing was saved.
+    """
+    ends = [f + h for f, h in zip(finished, heads)]
+    if not ends or slots < 1:
+        return 0.0
+    saved = range(max(finished), max(ends))
+    if decode is None:
+        return float(len(saved) * slots)
+    per_token = decode.step(slots, context) / slots
+    steps: dict[int, float] = {}
+    total = 0.0
+    for t in saved:
+        r = min(sum(e > t for e in ends), slots)
+        if r not in steps:
+            steps[r] = decode.step(r, context)
+        total += steps[r]
+    return total / per_token
 
 
 @dataclass(frozen=True)
@@ -247,12 +287,11 @@ class SpeculationHistory:
         longer = [n - elapsed for n in self._lengths if n > elapsed]
         return statistics.fmean(longer) if longer else float(elapsed)
 
-    def record_yield(self, expected: float, saved_steps: int, width: int) -> None:
+    def record_yield(self, expected: float, realized: float) -> None:
         """A phase whose children's head starts came from speculative tokens the prior valued
-        at `expected` adopted tokens ended `saved_steps` engine steps sooner than without
-        them, with `width` standard sequences (worth `saved_steps` x `width` tokens)."""
+        at `expected` adopted tokens saved it `realized` token-equivalents (`saved_tokens`)."""
         self.expected_tokens += expected
-        self.realized_tokens += saved_steps * width
+        self.realized_tokens += realized
 
     @property
     def yield_ratio(self) -> float:
