@@ -9,8 +9,9 @@ from fasttts.config import VerifierConfig, VerifierKind
 from fasttts.verifiers.base import AGG_STRATEGIES, ScoreRequest, Verifier, aggregate
 
 __all__ = ["AGG_STRATEGIES", "MODEL_FREE_KINDS", "VERIFIER_KINDS", "IncrementalNotSupported",
-           "ScoreRequest", "Verifier", "aggregate", "build_verifier", "incremental_kinds", "infer_kind", "paged_prefix_cache",
-           "reads_prefix_cache", "verifier_class", "verifier_runner"]
+           "ScoreRequest", "Verifier", "aggregate", "build_verifier", "incremental_kinds",
+           "infer_kind", "paged_prefix_cache", "reads_prefix_cache", "verifier_class",
+           "verifier_runner"]
 
 #: The scoring formats, as `fasttts.config.VerifierKind` names them.
 VERIFIER_KINDS: tuple[str, ...] = get_args(VerifierKind)
