@@ -52,9 +52,10 @@ def _why_split(inp: PlanInput, plan: MemoryPlan) -> str:
     elif not ver.saves:
         rule = f"{left} go to the generator (the verifier re-reads whole paths: no cache use)"
     elif not ver.paged:
-        rule = (f"{left} are placed so that each model holds its static-split share of the "
-                f"budget (the verifier's store of whole prefixes in transformers is not the "
-                f"paged vLLM cache the planner's reuse term prices)")
+        rule = (f"{left} are split where the two models' recompute is least (the verifier's "
+                f"store of whole prefixes in transformers recomputes 1/e of its prefixes at "
+                f"{_gib(ver.scale)} and falls S-shaped around it; the generator's paged cache "
+                f"by e per {_gib(gen.scale)})")
     else:
         rule = (f"{left} are split where the two prefix caches save equal recompute time per "
                 f"byte (each model's recompute falls exponentially with its cache, by e per "

@@ -49,6 +49,15 @@ runtime (`PlanInput.tree_len`). With D = 1 (the default) both terms are the pape
 `T_reuse` = 0; a verifier that reads no prefix cache (whole-path scoring) pays rho * R
 whatever its size.
 
+A verifier run in transformers (Skywork's value head, `PlanInput.verifier_paged` False) keeps
+a store of whole prefixes, least recently used first, not the paged cache: each stored path
+holds all its tokens, and in the search-and-learn order a parent survives until its children
+are scored only in a store of about half an iteration's paths. Its recompute is
+rho * R * exp(-(x / x0)^shape), x = C / (N * S * KVBytes/token) (`StoreHitModel`, fitted on
+replays of the simulated store, which runs the product's eviction), S-shaped in C; the split
+of what the batches leave is then the least summed recompute of a search over C
+(`_least_recompute`).
+
 The static split of the search-and-learn baseline (the generator gets a fixed share of M) is
 evaluated by the same T_tot, for comparison.
 
@@ -65,8 +74,8 @@ from dataclasses import dataclass
 from fasttts.perf.roofline import StepShape, step_time
 from fasttts.perf.specs import HardwareSpec, ModelSpec
 
-__all__ = ["GENERATOR_HIT", "PLAN_STEP_LEN", "VERIFIER_HIT", "HitModel", "MemoryPlan",
-           "ModelSide", "PlanError", "PlanInput",
+__all__ = ["GENERATOR_HIT", "PLAN_STEP_LEN", "VERIFIER_HIT", "VERIFIER_STORE_HIT", "HitModel",
+           "MemoryPlan", "ModelSide", "PlanError", "PlanInput", "StoreHitModel",
            "generator_only_plan", "iteration_time", "model_sides", "offload_plan", "plan_memory", "plan_within",
            "static_plan"]
 
@@ -82,7 +91,7 @@ PLAN_STEP_LEN = 64
 
 
 #: The generator's share of the KV memory in the search-and-learn baseline's static split
-#: (`static_plan`), which a verifier the reuse term cannot price keeps (`PlanInput.verifier_paged`).
+#: (`static_plan`).
 STATIC_GENERATOR_SHARE = 0.5
 
 
@@ -99,11 +108,41 @@ class HitModel:
     rho: float
 
 
+@dataclass(frozen=True)
+class StoreHitModel:
+    """How the recompute of a store of whole prefixes, evicted least recently used first,
+    falls with its size (Skywork's transformers store, `fasttts.verifiers.skywork`; module
+    docstring, T_reuse): rho * R * exp(-(x / x0)^shape), x = C / (N * S * KV bytes per token),
+    the store as a share of one iteration's paths held whole.
+
+    Unlike the paged cache, such a store keeps each scored path whole (siblings' shared
+    prefixes are copies) and, in the search-and-learn order (siblings N / beam_width requests
+    apart), loses a parent before its first child is scored unless it holds about half an
+    iteration's paths: its recompute stays near R until x ~ 0.1, then falls steeply, and is
+    ~0 only past x ~ 1.
+
+    Attributes:
+        x0: the x at which the recompute is R / e (1).
+        shape: how steeply it falls around x0 (1; 1 = exponential).
+        rho: the recompute a store of nothing really costs, per R (1).
+    """
+
+    x0: float
+    shape: float
+    rho: float
+
+
 #: Fitted by `benchmarks/kv_split_sweep.py --fit` on simulated RTX 4090 sweeps of the KV split
 #: (beam search n = 512, Qwen2.5-Math-7B + Skywork-PRM-1.5B, MATH-500 problem 1); checked out
 #: of sample on AIME 2024 problem 1 (docs/verifier-pricing.md, "The KV split").
 VERIFIER_HIT = HitModel(kappa=0.153, rho=2.54)
 GENERATOR_HIT = HitModel(kappa=0.159, rho=9.64)
+
+#: Fitted by `benchmarks/kv_split_sweep.py --store-curve ... --fit` on the simulated store's
+#: recompute (RTX 4090, beam search n = 256 and 512, Qwen2.5-Math-7B + Skywork-PRM-1.5B,
+#: MATH-500 problem 1); checked out of sample on AIME 2024 problem 1 (docs/verifier-pricing.md,
+#: "Skywork's store of whole prefixes").
+VERIFIER_STORE_HIT = StoreHitModel(x0=0.288, shape=1.71, rho=2.41)
 
 
 @dataclass(frozen=True)
@@ -145,11 +184,9 @@ class PlanInput:
             the judge); False = it prefills every path whole each iteration, so its cache saves
             nothing: its recompute term is R whatever its size (h = 0).
         verifier_paged: the verifier's cache is vLLM's paged prefix cache (blocks shared
-            between paths, evicted tail first: what `VERIFIER_HIT` was fitted on); False = a
-            store the reuse term does not describe (Skywork's transformers store of whole
-            prefixes, least recently used first, `fasttts.verifiers.skywork`): the verifier
-            then keeps the static split's share of the memory (`STATIC_GENERATOR_SHARE`),
-            and only the batches are planned.
+            between paths, evicted tail first: `VERIFIER_HIT`); False = Skywork's
+            transformers store of whole prefixes, least recently used first
+            (`fasttts.verifiers.skywork`; `VERIFIER_STORE_HIT`, module docstring).
     """
 
     memory_bytes: int
@@ -306,26 +343,36 @@ class ModelSide:
             sequences that start together and end apart peak below `per_seq`).
         floor: bytes its KV cache takes however small its batch (`PlanInput.verifier_floor`).
         reuse: its cache is read across iterations (the verifier: `verifier_reuse`).
-        paged: its cache is what the hit model describes (the verifier: `verifier_paged`).
+        paged: its cache is vLLM's paged prefix cache (`hit` a `HitModel`); False = a store
+            of whole prefixes (`hit` a `StoreHitModel`; the verifier: `verifier_paged`).
         tree: bytes of one iteration's search tree W in its KV (bytes).
-        full: rho * R, its recompute over the search when its cache keeps nothing (s; 0 for
-            one pass).
-        scale: kappa * tree, the cache that cuts its recompute by e (bytes).
+        raw: R, the recompute of every path's prefix at every iteration at the per-token
+            time of one `length`-token prefill (s; 0 for one pass).
+        full: rho * R, its recompute over the search when its cache keeps nothing (s).
+        scale: the cache that cuts its recompute by e (bytes): kappa * tree (paged), x0 * N *
+            S * KV bytes per token (a store).
+        shape: the exponent of cache / scale (1 for the paged cache).
     """
 
     def __init__(self, inp: PlanInput, model: ModelSpec, per_seq: int, floor: int,
-                 length: int, hit: HitModel, reuse: bool = True,
-                 per_seq_all: int | None = None, paged: bool = True):
-        self.per_seq, self.floor, self.reuse, self.paged = per_seq, floor, reuse, paged
+                 length: int, hit: HitModel | StoreHitModel, reuse: bool = True,
+                 per_seq_all: int | None = None):
+        self.per_seq, self.floor, self.reuse = per_seq, floor, reuse
         self.n, self.per_seq_all = inp.num_requests, per_seq_all or per_seq
         self.tree = inp.tree_tokens * model.kv_bytes_per_token
-        self.scale = hit.kappa * self.tree
+        self.paged = isinstance(hit, HitModel)
+        if self.paged:
+            self.scale, self.shape = hit.kappa * self.tree, 1.0
+        else:
+            whole = inp.num_requests * inp.verifier_len * model.kv_bytes_per_token
+            self.scale, self.shape = hit.x0 * whole, hit.shape
         tokens = inp.recompute_tokens()
-        self.full = 0.0
+        self.raw = 0.0
         if tokens:
             per_token = step_time(model, inp.hardware,
                                   StepShape.uniform(1, length, 0, logits=False)) / length
-            self.full = hit.rho * tokens * per_token
+            self.raw = tokens * per_token
+        self.full = hit.rho * self.raw
 
     def need(self, batch: int) -> int:
         """Bytes a batch of `batch` sequences holds (the tree at most), at least the floor."""
@@ -338,11 +385,19 @@ class ModelSide:
         return bool(self.full) and self.reuse
 
     def recompute(self, cache: int) -> float:
-        """rho * R * exp(-cache / scale) for a KV cache of `cache` bytes (s); rho * R when the
-        cache is not read (module docstring)."""
+        """rho * R * exp(-(cache / scale)^shape) for a KV cache of `cache` bytes (s); rho * R
+        when the cache is not read (module docstring)."""
         if not self.saves:
             return self.full
-        return self.full * math.exp(-cache / self.scale)
+        return self.full * math.exp(-(cache / self.scale) ** self.shape)
+
+    def recompute_many(self, caches):
+        """`recompute` of each size of a numpy array of KV cache sizes (bytes) -> seconds."""
+        import numpy as np
+
+        if not self.saves:
+            return np.full(len(caches), self.full)
+        return self.full * np.exp(-(caches / self.scale) ** self.shape)
 
     def cap(self, room: int, limit: int) -> int:
         """Largest batch <= limit whose need fits `room` bytes (0 if none)."""
@@ -356,7 +411,8 @@ class ModelSide:
 def model_sides(inp: PlanInput) -> tuple[ModelSide, ModelSide]:
     """The (verifier, generator) sides of the plan of `inp`."""
     return (ModelSide(inp, inp.verifier, inp.kv_ver, inp.verifier_floor, inp.verifier_len,
-                      VERIFIER_HIT, inp.verifier_reuse, paged=inp.verifier_paged),
+                      VERIFIER_HIT if inp.verifier_paged else VERIFIER_STORE_HIT,
+                      inp.verifier_reuse),
             ModelSide(inp, inp.generator, inp.kv_gen, inp.generator_floor, inp.verifier_len,
                       GENERATOR_HIT, per_seq_all=inp.kv_gen_all))
 
@@ -368,25 +424,56 @@ def _split_left(ver: ModelSide, gen: ModelSide):
     `left`), the optimum is v = (ln(R_v b / (R_g a)) + T / b) / (1 / a + 1 / b), clipped to
     the needs (the sum is convex in v, so clipping keeps it optimal). A model whose cache saves
     nothing gets only its need; without any reuse term all of it goes to the generator (the
-    paper's tie rule). A verifier whose cache the hit model does not describe (`ModelSide.paged`
-    False) keeps the static split's share of the total, clipped to the needs."""
+    paper's tie rule). A verifier with a store of whole prefixes (`ModelSide.paged` False: its
+    recompute is S-shaped in its size, so the sum is not convex) gets the v of least summed
+    recompute on `_least_recompute`'s grid."""
+
+    searches: dict[int, object] = {}  # total -> its `_least_recompute`
 
     def split(ver_need: int, gen_need: int, left: int) -> tuple[int, int]:
         if not ver.saves:
             return ver_need, gen_need + left
+        total = ver_need + gen_need + left
         if not ver.paged:
-            total = ver_need + gen_need + left
-            v = int(total * (1.0 - STATIC_GENERATOR_SHARE))
-            v = min(max(v, ver_need), ver_need + left)
+            if total not in searches:
+                searches[total] = _least_recompute(ver, gen, total)
+            v = searches[total](ver_need, ver_need + left)
             return v, total - v
         if not gen.saves:
             return ver_need + left, gen_need
-        total, a, b = ver_need + gen_need + left, ver.scale, gen.scale
+        a, b = ver.scale, gen.scale
         v = (math.log(ver.full * b / (gen.full * a)) + total / b) / (1 / a + 1 / b)
         v = min(max(int(v), ver_need), ver_need + left)
         return v, total - v
 
     return split
+
+
+#: Sizes of the grid over [0, total] on which `_least_recompute` looks for the verifier's
+#: share (a resolution of total / SPLIT_GRID bytes: 0.9 MiB of 3.5 GiB).
+SPLIT_GRID = 4096
+
+
+def _least_recompute(ver: ModelSide, gen: ModelSide, total: int):
+    """The function (lo, hi) -> the verifier size v in [lo, hi] (bytes) that minimises
+    ver.recompute(v) + gen.recompute(total - v), over a grid of `SPLIT_GRID` + 1 sizes of
+    [0, total] (evaluated once) and the two ends. Ties go to the smaller v (the generator: the
+    paper's tie rule)."""
+    import numpy as np
+
+    grid = np.linspace(0, total, SPLIT_GRID + 1).astype(np.int64)
+    cost = ver.recompute_many(grid) + gen.recompute_many(total - grid)
+
+    def least(lo: int, hi: int) -> int:
+        i, j = int(np.searchsorted(grid, lo)), int(np.searchsorted(grid, hi, side="right"))
+        ends = {lo: ver.recompute(lo) + gen.recompute(total - lo),
+                hi: ver.recompute(hi) + gen.recompute(total - hi)}
+        if j > i:
+            k = i + int(np.argmin(cost[i:j]))
+            ends[int(grid[k])] = float(cost[k])
+        return min(ends, key=lambda v: (ends[v], v))
+
+    return least
 
 
 def _batches(n: int, cap: int) -> list[int]:
