@@ -131,6 +131,9 @@ def test_plan_without_offloading_shows_no_alternative(capsys):
     assert "offload (simulated only)" not in text and "offload transfer" not in text
     assert "offload inactive KV: not considered (--no-offload)" in text
     assert "planned vs static: 1.19x faster search" in text
+    # Skywork's store is split by its own (S-shaped) hit model, named with its scale
+    assert ("the verifier's store of whole prefixes in transformers: its recompute falls "
+            "S-shaped with its size, to 1/e at 0.50 GiB") in text
 
 
 def test_plan_never_says_1_00x_faster_beside_another_split(capsys):

@@ -53,9 +53,9 @@ def _why_split(inp: PlanInput, plan: MemoryPlan) -> str:
         rule = f"{left} go to the generator (the verifier re-reads whole paths: no cache use)"
     elif not ver.paged:
         rule = (f"{left} are split where the two models' recompute is least (the verifier's "
-                f"store of whole prefixes in transformers recomputes 1/e of its prefixes at "
-                f"{_gib(ver.scale)} and falls S-shaped around it; the generator's paged cache "
-                f"by e per {_gib(gen.scale)})")
+                f"store of whole prefixes in transformers: its recompute falls S-shaped with "
+                f"its size, to 1/e at {_gib(ver.scale)}; the generator's paged cache: by e per "
+                f"{_gib(gen.scale)})")
     else:
         rule = (f"{left} are split where the two prefix caches save equal recompute time per "
                 f"byte (each model's recompute falls exponentially with its cache, by e per "
