@@ -71,6 +71,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from fasttts.perf.roofline import StepShape, step_time
 from fasttts.perf.specs import HardwareSpec, ModelSpec
 
@@ -393,8 +395,6 @@ class ModelSide:
 
     def recompute_many(self, caches):
         """`recompute` of each size of a numpy array of KV cache sizes (bytes) -> seconds."""
-        import numpy as np
-
         if not self.saves:
             return np.full(len(caches), self.full)
         return self.full * np.exp(-(caches / self.scale) ** self.shape)
@@ -459,8 +459,6 @@ def _least_recompute(ver: ModelSide, gen: ModelSide, total: int):
     ver.recompute(v) + gen.recompute(total - v), over a grid of `SPLIT_GRID` + 1 sizes of
     [0, total] (evaluated once) and the two ends. Ties go to the smaller v (the generator: the
     paper's tie rule)."""
-    import numpy as np
-
     grid = np.linspace(0, total, SPLIT_GRID + 1).astype(np.int64)
     cost = ver.recompute_many(grid) + gen.recompute_many(total - grid)
 
