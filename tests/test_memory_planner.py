@@ -426,6 +426,18 @@ def test_tree_size_and_recompute_by_hand():
     assert one.recompute_tokens() == 0 and one.tree_tokens == 16 * 256
     # a measured tree wins over the estimate
     assert inp("beam_search", tree_len=100).tree_tokens == 1600
+    # the generator's peak of the tree: W until measured, then the measurement, at most W
+    assert beam.decode_tree_tokens == beam.tree_tokens
+    assert inp("beam_search", decode_tree_len=50).decode_tree_tokens == 800
+    assert inp("beam_search", decode_tree_len=500).decode_tree_tokens == beam.tree_tokens
+    with pytest.raises(ValueError, match="decode_tree_len must be >= 1 token"):
+        inp("beam_search", decode_tree_len=0)
+    # the generator's batch of all N needs its measured peak, the verifier's the whole tree
+    peaked = inp("beam_search", decode_tree_len=50)
+    ver, gen = model_sides(peaked)
+    assert gen.need(16) == 800 * peaked.generator.kv_bytes_per_token
+    assert ver.need(16) == beam.tree_tokens * peaked.verifier.kv_bytes_per_token
+    assert gen.cap(800 * peaked.generator.kv_bytes_per_token, 16) == 16
     with pytest.raises(ValueError, match="tree_len must be >= 1 token"):
         inp("beam_search", tree_len=0)
     with pytest.raises(ValueError, match="iterations must be >= 1"):

@@ -232,6 +232,17 @@ def test_a_measured_search_tree_replaces_the_estimate_for_the_same_search_shape(
     assert change.plan == best and change.verifier_kv_bytes == ver_kv
     # the measured verifier tree (3.0 GiB vs 1.06 GiB estimated) leaves more to recompute
     assert best.t_recompute > estimated.t_recompute
+    # no generator peak measured: its batch is sized at the measured tree
+    assert rp.measured_decode_tree_len(search64) is None
+    rp.observe(100, [900], tree_tokens=64 * 389, search=search64, decode_tree_tokens=64 * 200)
+    assert rp.measured_decode_tree_len(search64) == 200  # the one request that measured it
+    rp.update(_cfg(64))
+    peaked, _ = plan_for_run(_cfg(64), GiB, GEN, VER, HW, False, FLOOR_TOKENS,
+                             change.seq_len, tree_len=389, decode_tree_len=200)
+    # a batch of all 64 at their measured peak fits where 64 paths at the tree did not
+    assert rp.plan == peaked and (best.b_dec, peaked.b_dec) == (32, 64)
+    assert plan_input(_cfg(64), GiB, GEN, VER, HW, change.seq_len, tree_len=389,
+                      decode_tree_len=200).decode_tree_tokens == 64 * 200
     # a request with no path, or no tree, records nothing
     rp.observe(100, [], tree_tokens=10, search=_cfg(16).search)
     rp.observe(100, [50], tree_tokens=0, search=_cfg(16).search)

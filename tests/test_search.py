@@ -251,3 +251,6 @@ def test_the_search_tree_size_counts_shared_prefixes_once():
     # A 3 + A2 4 + C 3 + C2 4 tokens shared, then 9: "A21\n\nA22 \boxed{1}" 18, 10 and 11:
     # 13 each, 12: "C22\n\nC23" 8 (the last iteration generates to the end)
     assert result.tree_tokens == result.prompt_tokens + 3 + 4 + 3 + 4 + 18 + 13 + 13 + 8
+    # the generator's peak of it, had the four children run together: their new tokens
+    # 8, 13, 13, 18 end apart and hold at most 13 * 3 (at 13 tokens, three still running)
+    assert result.decode_tree_tokens == result.prompt_tokens + 3 + 4 + 3 + 4 + 13 * 3

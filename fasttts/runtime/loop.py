@@ -25,6 +25,7 @@ from fasttts.runtime.driver import Driver, Generate, Score, Search
 from fasttts.runtime.generation import GenerationTrace, StepRequest, generate_step
 from fasttts.runtime.lookahead_verification import plan_requests
 from fasttts.runtime.lookahead_rollout import lookahead_rollouts
+from fasttts.runtime.plan_workload import measured_peak_len
 from fasttts.runtime.prefix_scheduling import baseline_order, prefix_aware_order, schedule_cost
 from fasttts.runtime.spec_beam_extension import SpeculativeBeamExtension
 from fasttts.runtime.spec_cost import SpeculationCost, SpeculationHistory
@@ -75,6 +76,10 @@ class SearchResult:
         tree_tokens: unique tokens of the largest iteration's search tree: the prompt plus the
             tokens each path node generated, shared prefixes counted once (tokens; the
             memory planner's W, `fasttts.runtime.memory_planner`).
+        decode_tree_tokens: the generator's KV peak of the largest iteration's tree had its
+            paths run in one batch: each iteration's newest level held at the peak of steps
+            that start together and end apart (tokens; the planner's W_dec, measured; 0 for
+            a branch-level method).
         spec: speculative beam extension counters (empty when off): tokens generated
             speculatively, tokens adopted as head starts, branches launched, phases stopped by
             preemption, truncated copies adopted, running branches continued by their child,
@@ -113,6 +118,7 @@ class SearchResult:
     mean_occupancy: float | None = None
     schedule_cost: int = 0
     tree_tokens: int = 0
+    decode_tree_tokens: int = 0
     clock: str = "wall"
     spec: dict[str, int] = field(default_factory=dict)
     stopped_early: bool = False
@@ -158,6 +164,7 @@ class _SearchState:
     num_lookahead_declined: int = 0
     cost: int = 0
     tree_tokens: int = 0
+    decode_tree_tokens: int = 0
     own: dict[int, int] = field(default_factory=dict)  # tokens each node generated
     previous: list[int] = field(default_factory=list)  # generator's last submission order
     prm_previous: list[int] = field(default_factory=list)  # and the PRM's
@@ -295,8 +302,9 @@ class SearchRunner:
         before = [len(b.token_ids) for b in children]
         yield from generate_step(self.generator, children, step_req, st.trace,
                                  None if last else st.sbe)
-        st.tree_tokens = max(st.tree_tokens, self._tree_tokens(children, before, st.own,
-                                                               len(st.prompt_ids)))
+        tree, decode_tree = self._tree_tokens(children, before, st.own, len(st.prompt_ids))
+        st.tree_tokens = max(st.tree_tokens, tree)
+        st.decode_tree_tokens = max(st.decode_tree_tokens, decode_tree)
         to_score = st.strategy.to_verify(children, iteration)
         if cfg.lookahead and not last and st.sbe is not None and st.sbe.parked():
             # the rollouts step the engine: parked branches would generate unseen
@@ -379,6 +387,7 @@ class SearchRunner:
             mean_occupancy=st.trace.mean_occupancy(),
             schedule_cost=st.cost,
             tree_tokens=st.tree_tokens,
+            decode_tree_tokens=st.decode_tree_tokens,
             clock=self.generator.clock_kind,
             stopped_early=stopped_early,
             search_stats=st.strategy.stats(),
@@ -400,14 +409,21 @@ class SearchRunner:
 
     @staticmethod
     def _tree_tokens(children: list[Beam], before: list[int], own: dict[int, int],
-                     prompt_tokens: int) -> int:
+                     prompt_tokens: int) -> tuple[int, int]:
         """Record what each child generated this iteration (`before`: its token count before)
-        in `own` and return the iteration's search tree size: the prompt plus every node on
-        the children's lineages once (tokens)."""
+        in `own` and return the iteration's search tree size (the prompt plus every node on
+        the children's lineages once) and the generator's KV peak of it had all the children
+        run in one batch from the start: the newest level (what the children generated) held
+        at the peak of lengths that start together and end apart (`measured_peak_len`; the
+        memory planner's W and W_dec, tokens)."""
+        new = []
         for beam, start in zip(children, before):
             own[beam.beam_id] = len(beam.token_ids) - start
+            new.append(own[beam.beam_id])
         nodes = {node for beam in children for node in beam.lineage}
-        return prompt_tokens + sum(own.get(node, 0) for node in nodes)
+        tree = prompt_tokens + sum(own.get(node, 0) for node in nodes)
+        peak = round(len(new) * measured_peak_len(0, new)) if new else 0
+        return tree, tree - sum(new) + peak
 
     def prompt_ids(self, problem: str, problem_id: str = DEFAULT_PROBLEM_ID) -> list[int]:
         """The generator prompt of a problem, checked to fit the context.

@@ -182,6 +182,8 @@ class PlanInput:
             DVTS its N / beam_width subtrees, independent samples N); with `share` it sets the estimated tree size W.
         tree_len: W / N measured by the runtime (unique tokens of one iteration's tree per
             path); None = estimate it (`tree_tokens`).
+        decode_tree_len: W_dec / N measured by the runtime (the generator's KV peak of one
+            iteration's batch of all N paths, per path: `decode_tree_tokens`); None = W / N.
         verifier_reuse: the verifier reads its prefix cache (incremental verification or
             the judge); False = it prefills every path whole each iteration, so its cache saves
             nothing: its recompute term is R whatever its size (h = 0).
@@ -208,6 +210,7 @@ class PlanInput:
     step_len: int = PLAN_STEP_LEN
     lineages: int = 1
     tree_len: int | None = None
+    decode_tree_len: int | None = None
     verifier_reuse: bool = True
     verifier_paged: bool = True
 
@@ -225,8 +228,9 @@ class PlanInput:
                              f"{longest}, got {self.shared_len}")
         if self.cache_len is not None and self.cache_len < 1:
             raise ValueError(f"cache_len must be >= 1 token, got {self.cache_len}")
-        if self.tree_len is not None and self.tree_len < 1:
-            raise ValueError(f"tree_len must be >= 1 token, got {self.tree_len}")
+        for name in ("tree_len", "decode_tree_len"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 token, got {getattr(self, name)}")
 
     def _held(self, length: int) -> int:
         """Tokens one sequence of `length` tokens holds in the KV cache (its shared tokens
@@ -273,6 +277,22 @@ class PlanInput:
             total += min(n, max(self.lineages, nodes)) * height
             nodes = -(-nodes // self.share)
         return total
+
+    @property
+    def decode_tree_tokens(self) -> int:
+        """W_dec: the most the generator's batch of all N sequences of one iteration holds
+        (tokens). vLLM frees a finished sequence's own blocks at once while the prefix its
+        siblings share stays, so steps that end apart hold less than the whole tree W at
+        once: `decode_tree_len` * N as measured by the runtime (each iteration's newest level
+        at the peak of its lengths, `fasttts.runtime.loop.SearchResult.decode_tree_tokens`),
+        at most W; W itself when not measured. On simulated 7B searches (AIME 2024 problem
+        60, n = 128 / 256 / 512) the measured W_dec was within -2 % to +15 % of the engine's
+        peak of referenced blocks, the measured W 32-70 % above it, and no estimate from the
+        search shape within 12 % at every n (docs/techniques.md, "Shared KV")."""
+        tree = self.tree_tokens
+        if self.decode_tree_len is None:
+            return tree
+        return min(tree, self.num_requests * self.decode_tree_len)
 
     def recompute_tokens(self) -> int:
         """Tokens each model recomputes over the search when its cache keeps nothing between
@@ -348,6 +368,8 @@ class ModelSide:
         paged: its cache is vLLM's paged prefix cache (`hit` a `HitModel`); False = a store
             of whole prefixes (`hit` a `StoreHitModel`; the verifier: `verifier_paged`).
         tree: bytes of one iteration's search tree W in its KV (bytes).
+        held: the most a batch holds (bytes): the tree, the generator's at its decode peak
+            (`PlanInput.decode_tree_tokens`).
         raw: R, the recompute of every path's prefix at every iteration at the per-token
             time of one `length`-token prefill (s; 0 for one pass).
         full: rho * R, its recompute over the search when its cache keeps nothing (s).
@@ -358,10 +380,11 @@ class ModelSide:
 
     def __init__(self, inp: PlanInput, model: ModelSpec, per_seq: int, floor: int,
                  length: int, hit: HitModel | StoreHitModel, reuse: bool = True,
-                 per_seq_all: int | None = None):
+                 per_seq_all: int | None = None, held_tokens: int | None = None):
         self.per_seq, self.floor, self.reuse = per_seq, floor, reuse
         self.n, self.per_seq_all = inp.num_requests, per_seq_all or per_seq
         self.tree = inp.tree_tokens * model.kv_bytes_per_token
+        self.held = (held_tokens or inp.tree_tokens) * model.kv_bytes_per_token
         self.paged = isinstance(hit, HitModel)
         if self.paged:
             self.scale, self.shape = hit.kappa * self.tree, 1.0
@@ -377,9 +400,9 @@ class ModelSide:
         self.full = hit.rho * self.raw
 
     def need(self, batch: int) -> int:
-        """Bytes a batch of `batch` sequences holds (the tree at most), at least the floor."""
+        """Bytes a batch of `batch` sequences holds (`held` at most), at least the floor."""
         per = self.per_seq_all if batch >= self.n else self.per_seq
-        return max(min(batch * per, self.tree), self.floor)
+        return max(min(batch * per, self.held), self.floor)
 
     @property
     def saves(self) -> bool:
@@ -403,7 +426,7 @@ class ModelSide:
         """Largest batch <= limit whose need fits `room` bytes (0 if none)."""
         if self.need(1) > room:
             return 0
-        if self.tree <= room or (limit >= self.n and self.need(self.n) <= room):
+        if self.held <= room or (limit >= self.n and self.need(self.n) <= room):
             return limit
         return min(limit, self.n - 1, room // self.per_seq)
 
@@ -414,7 +437,8 @@ def model_sides(inp: PlanInput) -> tuple[ModelSide, ModelSide]:
                       VERIFIER_HIT if inp.verifier_paged else VERIFIER_STORE_HIT,
                       inp.verifier_reuse),
             ModelSide(inp, inp.generator, inp.kv_gen, inp.generator_floor, inp.verifier_len,
-                      GENERATOR_HIT, per_seq_all=inp.kv_gen_all))
+                      GENERATOR_HIT, per_seq_all=inp.kv_gen_all,
+                      held_tokens=inp.decode_tree_tokens))
 
 
 def _split_left(ver: ModelSide, gen: ModelSide):

@@ -97,7 +97,8 @@ def search_shape(search, seq_len: int) -> dict:
 def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
                hardware: HardwareSpec, seq_len: int | None = None,
                verifier_floor: int = 0, generator_floor: int = 0,
-               tree_len: int | None = None, peak_len: int | None = None) -> PlanInput:
+               tree_len: int | None = None, peak_len: int | None = None,
+               decode_tree_len: int | None = None) -> PlanInput:
     """The workload the planner sizes a run for.
 
     N = search n beams; S = S_dec = `seq_len` if given (a measured mean path length), else
@@ -109,7 +110,8 @@ def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
     holding the mean at once; with a measured length, at `peak_len` (a measured peak,
     `measured_peak_len`) when given; a length given in `runtime.plan_seq_len` is taken as
     every path's. Prefix sharing and the reuse term follow the method (`search_shape`);
-    `tree_len`: the measured tree size per path (tokens; `PlanInput`); a verifier run by
+    `tree_len`, `decode_tree_len`: the measured tree size and the generator's measured
+    peak of it per path (tokens; `PlanInput`); a verifier run by
     transformers keeps the static split's memory (`PlanInput.verifier_paged`). `verifier_floor`,
     `generator_floor`: see `PlanInput` (bytes).
 
@@ -131,6 +133,7 @@ def plan_input(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
                      hardware=hardware, num_requests=cfg.search.n, verifier_len=seq_len,
                      decode_len=seq_len, decode_peak_len=peak, verifier_floor=verifier_floor,
                      generator_floor=generator_floor, tree_len=tree_len,
+                     decode_tree_len=decode_tree_len,
                      verifier_reuse=reads_prefix_cache(cfg),
                      verifier_paged=paged_prefix_cache(cfg.verifier), **shape)
 
@@ -139,11 +142,12 @@ def plan_for_run(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
                  hardware: HardwareSpec, allow_offload: bool,
                  verifier_min_tokens: int, seq_len: int | None = None,
                  generator_min_tokens: int = 0, tree_len: int | None = None,
-                 peak_len: int | None = None) -> tuple[MemoryPlan, int]:
+                 peak_len: int | None = None,
+                 decode_tree_len: int | None = None) -> tuple[MemoryPlan, int]:
     """The plan a run applies, and the verifier's KV-cache size under it (bytes).
 
     The workload is `plan_input(cfg, budget, ..., seq_len, tree_len=tree_len,
-    peak_len=peak_len)`. Without
+    peak_len=peak_len, decode_tree_len=decode_tree_len)`. Without
     offloading the verifier gets what B_pre sequences need, but at least
     `verifier_min_tokens` tokens (one longest sequence; the plan's B_dec counts that floor),
     plus the share of the leftover memory the reuse term gives it, and the generator the rest
@@ -155,6 +159,6 @@ def plan_for_run(cfg, budget: int, generator: ModelSpec, verifier: ModelSpec,
     floor = verifier_min_tokens * verifier.kv_bytes_per_token
     plan = plan_memory(plan_input(cfg, budget, generator, verifier, hardware, seq_len, floor,
                                   generator_min_tokens * generator.kv_bytes_per_token,
-                                  tree_len, peak_len),
+                                  tree_len, peak_len, decode_tree_len),
                        allow_offload)
     return plan, budget if plan.offload else plan.verifier_kv_bytes

@@ -8,7 +8,8 @@ another n, and the paths' real lengths differ from the first guess (256 + max_to
 the mean path length measured over the last `window` requests (and, for best-of-N and
 self-consistency, whose paths start together and end apart, their measured KV peak per
 path, `fasttts.runtime.plan_workload.measured_peak_len`), and for the search tree size W
-measured on the last requests of the same search shape (method, n, beam_width, granularity;
+and the generator's peak of it W_dec (`PlanInput.decode_tree_len`) measured on the last
+requests of the same search shape (method, n, beam_width, granularity;
 else the planner's estimate; the `MAX_SHAPES` shapes used last are remembered, so clients
 that vary their requests cannot grow the server's memory):
 
@@ -107,11 +108,13 @@ class Replanner:
         return (search.method, search.n, search.beam_width, search.granularity)
 
     def observe(self, prompt_tokens: int, path_tokens: list[int], tree_tokens: int = 0,
-                search=None) -> None:
+                search=None, decode_tree_tokens: int = 0) -> None:
         """Record one finished request: its prompt length and the generated length of each
         returned path (tokens), and the size of its largest search tree (`tree_tokens`,
-        `SearchResult.tree_tokens`) under `search` (its SearchConfig); for a one-pass method
-        (`one_pass`) also its paths' KV peak. A request that returned no path is ignored."""
+        `SearchResult.tree_tokens`) and the generator's peak of it (`decode_tree_tokens`,
+        `SearchResult.decode_tree_tokens`; 0 = not measured) under `search` (its
+        SearchConfig); for a one-pass method (`one_pass`) also its paths' KV peak. A request
+        that returned no path is ignored."""
         if not path_tokens:
             return
         self._lengths.append(prompt_tokens + statistics.fmean(path_tokens))
@@ -120,7 +123,7 @@ class Replanner:
         if tree_tokens and search is not None:
             shape = self._shape(search)
             trees = self._trees.setdefault(shape, deque(maxlen=self._window))
-            trees.append(tree_tokens / search.n)
+            trees.append((tree_tokens / search.n, decode_tree_tokens / search.n))
             self._trees.move_to_end(shape)
             while len(self._trees) > MAX_SHAPES:
                 self._trees.popitem(last=False)
@@ -129,13 +132,20 @@ class Replanner:
         """`observe` a finished search: its `SearchResult` (prompt, returned paths, largest
         tree) under `search` (its SearchConfig)."""
         self.observe(result.prompt_tokens, [len(b.token_ids) for b in result.completions],
-                     result.tree_tokens, search)
+                     result.tree_tokens, search, result.decode_tree_tokens)
 
     def measured_tree_len(self, search) -> int | None:
         """Mean measured tree size per path (tokens) of requests with the same method, n,
         beam_width and granularity as `search`; None before any (the planner estimates it)."""
         trees = self._trees.get(self._shape(search))
-        return max(1, round(statistics.fmean(trees))) if trees else None
+        return max(1, round(statistics.fmean(t for t, _ in trees))) if trees else None
+
+    def measured_decode_tree_len(self, search) -> int | None:
+        """Mean measured generator peak of the tree per path (tokens,
+        `SearchResult.decode_tree_tokens`) of requests of the same shape as `search`; None
+        before any that measured one (the planner estimates it)."""
+        peaks = [d for _, d in self._trees.get(self._shape(search), ()) if d]
+        return max(1, round(statistics.fmean(peaks))) if peaks else None
 
     @property
     def measured_peak_len(self) -> int | None:
@@ -161,11 +171,13 @@ class Replanner:
             return None  # an offload plan's caps assume each model has all of M
         seq_len = None if cfg.runtime.plan_seq_len else self.measured_len
         tree_len, peak = self.measured_tree_len(cfg.search), self.measured_peak_len
+        decode_tree = self.measured_decode_tree_len(cfg.search)
         inp = plan_input(cfg, self.budget, self.generator, self.verifier, self.hardware, seq_len,
-                         tree_len=tree_len, peak_len=peak)
+                         tree_len=tree_len, peak_len=peak, decode_tree_len=decode_tree)
         best, ver_kv = plan_for_run(cfg, self.budget, self.generator, self.verifier,
                                     self.hardware, self.allow_offload, self.verifier_min_tokens,
-                                    seq_len, self.generator_min_tokens, tree_len, peak)
+                                    seq_len, self.generator_min_tokens, tree_len, peak,
+                                    decode_tree)
         gen_kv = self.budget if best.offload else self.budget - ver_kv
         shift = abs(ver_kv - self.verifier_kv_bytes) / self.budget
         kept = None
