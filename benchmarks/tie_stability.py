@@ -9,7 +9,8 @@ on 5 of 20 problems at n = 8 in float32 (docs/benchmarks.md): scores ~1e-8 apart
 near-tied beams otherwise. This reruns chosen problems with a tolerance and writes one row a
 run (the rows of `fasttts.bench.compare`, read by `python -m fasttts.bench.compare FILE`;
 its column "same tokens as base" counts the problems whose completions equal the
-baseline's). A rerun appends the runs not in FILE yet. Holds ~7.5 GB and both cores:
+baseline's), with the tolerance and the platform line (vLLM, the CPU and its flags, each
+engine's dtype and threads) in each row. A rerun appends the runs not in FILE yet. Holds ~7.5 GB and both cores:
 
     flock /tmp/fasttts-real-engine.lock .venv/bin/python benchmarks/tie_stability.py \\
         --tie-tolerance 0.01 --ids test/precalculus/927.json --configs baseline,iv \\
@@ -27,6 +28,8 @@ from pathlib import Path
 from fasttts.bench import real_ablation
 from fasttts.bench.compare import _problems, _run_row, row_key
 from fasttts.bench.compare_engines import Engines
+from fasttts.config import RuntimeConfig
+from fasttts.engines.platform_info import describe_platform, run_platform
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     done = {json.loads(line)["key"] for line in out.open()} if out.exists() else set()
     engines, setting = Engines(plan), plan.settings[0]
+    platform = describe_platform(run_platform(engines.config(setting, args.n, RuntimeConfig(),
+                                                             check_only=True)))
     try:
         for pid in ids:
             ds, i, prob = problems[pid]
@@ -62,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                 if key in done:
                     continue
                 row = _run_row(engines, plan, setting, args.n, i, ds, prob, name)
-                row["tie_tolerance"] = args.tie_tolerance
+                row["tie_tolerance"], row["platform"] = args.tie_tolerance, platform
                 with out.open("a") as f:
                     f.write(json.dumps({"key": key, "row": row}) + "\n")
                 print(f"{pid} {name}: {row['completions_sha']} {row['latency_s']:.1f} s, "
