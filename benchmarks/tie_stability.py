@@ -10,7 +10,8 @@ near-tied beams otherwise. This reruns chosen problems with a tolerance and writ
 run (the rows of `fasttts.bench.compare`, read by `python -m fasttts.bench.compare FILE`;
 its column "same tokens as base" counts the problems whose completions equal the
 baseline's), with the tolerance and the platform line (vLLM, the CPU and its flags, each
-engine's dtype and threads) in each row. A rerun appends the runs not in FILE yet. Holds ~7.5 GB and both cores:
+engine's dtype and threads) in each row. A rerun appends the runs not in FILE yet. Holds
+~7.5 GB and both cores:
 
     flock /tmp/fasttts-real-engine.lock .venv/bin/python benchmarks/tie_stability.py \\
         --tie-tolerance 0.01 --ids test/precalculus/927.json --configs baseline,iv \\

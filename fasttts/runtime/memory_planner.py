@@ -46,9 +46,9 @@ Memory beyond the two batches' needs is split where the two caches save equal ti
 needs also count the tree: B sequences of one iteration hold min(B * KVBytes(1, S), W *
 KVBytes/token). W is estimated from the search shape (`tree_tokens`) or measured by the
 runtime (`PlanInput.tree_len`); the generator's batch holds at most its measured peak of the
-tree (`PlanInput.decode_tree_tokens`: steps that end apart free their blocks). With D = 1 (the default) both terms are the paper's and
-`T_reuse` = 0; a verifier that reads no prefix cache (whole-path scoring) pays rho * R
-whatever its size.
+tree (`PlanInput.decode_tree_tokens`: steps that end apart free their blocks). With D = 1
+(the default) both terms are the paper's and `T_reuse` = 0; a verifier that reads no
+prefix cache (whole-path scoring) pays rho * R whatever its size.
 
 A verifier run in transformers (Skywork's value head, `PlanInput.verifier_paged` False) keeps
 a store of whole prefixes, least recently used first, not the paged cache: each stored path
